@@ -1,0 +1,36 @@
+# Two commands do all the set-up: `make serve` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 6789
+
+.PHONY: serve test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(BIN)/.installed-test: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $(BIN)/.installed $@
+
+serve: $(BIN)/.installed
+	$(BIN)/trioq serve --host $(HOST) --port $(PORT)
+
+lint: $(BIN)/.installed-test
+	$(BIN)/ruff check broker protocol store tests benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: $(BIN)/.installed-test
+	$(BIN)/python -m benchmarks --compare
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

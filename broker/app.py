@@ -1,0 +1,71 @@
+"""The application: the engine actor and the TCP server under one root nursery.
+
+Shutdown runs in layers: stop accepting, answer parked long polls, give in-flight replies a
+grace period, close the connections (each tells the engine, which releases its jobs), then close
+the engine's inbox so the actor finishes its last pass and returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+import trio
+
+from .clock import Clock
+from .config import Config
+from .engine.actor import EngineActor
+from .engine.core import Engine
+from .engine.state import EngineState
+from .server.tcp import TcpServer
+
+log = logging.getLogger(__name__)
+
+
+class App:
+    """A running broker; `run` serves until `shutdown` is called."""
+
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        self.config = config
+        self._clock = clock
+        self._stop = trio.Event()
+        self.actor: EngineActor | None = None
+        self.tcp: TcpServer | None = None
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Start everything, report the TCP listeners, serve until shutdown, then stop cleanly."""
+        config = self.config
+        state = EngineState(keep_completed=config.keep_completed, keep_failed=config.keep_failed)
+        actor = self.actor = EngineActor(Engine(state), self._clock or Clock())
+        tcp = self.tcp = TcpServer(actor, config.auth_tokens)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.run)
+            async with trio.open_nursery() as servers:
+                listeners = await servers.start(tcp.run, config.host, config.port)
+                task_status.started(listeners)
+                await self._stop.wait()
+                tcp.stop_accepting()
+                await actor.inbox.send(actor.answer_parked_message())
+                await tcp.close_connections(config.shutdown_grace_s)
+            await actor.inbox.aclose()
+
+    def shutdown(self) -> None:
+        """Begin the graceful shutdown."""
+        self._stop.set()
+
+
+async def serve_until_signalled(config: Config) -> None:
+    """Run the broker until SIGINT or SIGTERM, printing where it listens."""
+    app = App(config)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(app.run)
+        for listener in listeners:
+            host, port = listener.socket.getsockname()[:2]
+            print(f"trioq listening on tcp {host}:{port}", flush=True)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("signal %s: shutting down", signum)
+                print("trioq shutting down", flush=True)
+                app.shutdown()
+                break

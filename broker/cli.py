@@ -1,0 +1,75 @@
+"""The `trioq` command line: `trioq serve [options]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import trio
+
+from .app import serve_until_signalled
+from .config import Config
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; every option documents itself in `--help`."""
+    parser = argparse.ArgumentParser(prog="trioq", description="A bunqueue-compatible job broker.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the broker")
+    defaults = Config()
+    serve.add_argument("--host", default=defaults.host, help="address to bind (default %(default)s)")
+    serve.add_argument("--port", type=int, default=defaults.port, help="TCP port (0 picks one)")
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        default=defaults.http_port,
+        help="HTTP port (0 turns HTTP off; the HTTP surface is not served yet)",
+    )
+    serve.add_argument(
+        "--memory", action="store_true", help="keep jobs in memory only (the only store for now)"
+    )
+    serve.add_argument(
+        "--auth-token",
+        action="append",
+        default=[],
+        metavar="T",
+        help="require Auth with this token (repeatable; also TRIOQ_AUTH_TOKENS, comma-separated)",
+    )
+    serve.add_argument(
+        "--keep-completed",
+        type=int,
+        default=defaults.keep_completed,
+        help="completed jobs kept for queries (default %(default)s)",
+    )
+    serve.add_argument(
+        "--keep-failed",
+        type=int,
+        default=defaults.keep_failed,
+        help="failed (dead-letter) jobs kept (default %(default)s)",
+    )
+    serve.add_argument("--log-level", default="INFO", help="logging level (default %(default)s)")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Turn parsed arguments (and TRIOQ_AUTH_TOKENS) into a Config."""
+    tokens = [t.strip() for t in args.auth_token]
+    tokens += [t.strip() for t in os.environ.get("TRIOQ_AUTH_TOKENS", "").split(",")]
+    return Config(
+        host=args.host,
+        port=args.port,
+        http_port=args.http_port,
+        memory=True,
+        auth_tokens=frozenset(t for t in tokens if t),
+        keep_completed=args.keep_completed,
+        keep_failed=args.keep_failed,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `trioq` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    trio.run(serve_until_signalled, config_from_args(args))
+    return 0

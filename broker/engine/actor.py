@@ -1,0 +1,102 @@
+"""The engine actor: the one Trio task that owns the engine.
+
+It receives batches of commands over a bounded memory channel, takes every batch already
+waiting (so work from many connections shares one pass), runs them, fires due timers, commits
+once, and only then releases the replies. It sleeps until the next timer deadline when idle.
+A full inbox makes connection readers wait, which pushes back on clients through TCP.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+import trio
+
+from ..clock import Clock
+from .core import Engine
+
+log = logging.getLogger(__name__)
+
+INBOX_SIZE = 256
+MAX_BATCHES_PER_PASS = 512
+
+
+@attrs.frozen
+class Batch:
+    """Commands from one session, in arrival order."""
+
+    session: Any
+    commands: list[Any]
+
+
+@attrs.frozen
+class Disconnect:
+    """A session closed: release what it held."""
+
+    session: Any
+
+
+@attrs.frozen
+class AnswerParked:
+    """Shutdown: answer every parked long poll now, with no job."""
+
+    session: Any = None
+
+
+class EngineActor:
+    """Owns an Engine and serialises all access to it."""
+
+    def __init__(self, engine: Engine, clock: Clock) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
+        # Sessions with staged replies register here; they are released after the commit.
+        self.outbox: set[Any] = set()
+        self.passes = 0
+
+    def answer_parked_message(self) -> AnswerParked:
+        """The inbox message that answers every parked long poll (used at shutdown)."""
+        return AnswerParked()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until the inbox is closed (every sender gone), then return."""
+        task_status.started()
+        receive = self._receive
+        async with receive:
+            while True:
+                items: list[Any] = []
+                with trio.move_on_at(self.clock.trio_time(self.engine.next_deadline())):
+                    try:
+                        items.append(await receive.receive())
+                    except trio.EndOfChannel:
+                        return
+                while len(items) < MAX_BATCHES_PER_PASS:
+                    try:
+                        items.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                self._run_pass(items)
+
+    def _run_pass(self, items: list[Any]) -> None:
+        engine = self.engine
+        now = self.clock.now_ms()
+        engine.tick(now)
+        for item in items:
+            session = item.session
+            if isinstance(item, Disconnect):
+                engine.disconnect(session, now)
+                continue
+            if isinstance(item, AnswerParked):
+                engine.answer_parked()
+                continue
+            for command in item.commands:
+                engine.execute(session, command, now)
+        engine.tick(now)
+        self.passes += 1
+        # The store's commit (one transaction per pass) goes here, before any reply is released.
+        outbox = self.outbox
+        for session in outbox:
+            session.release()
+        outbox.clear()

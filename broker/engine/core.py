@@ -1,0 +1,348 @@
+"""Command handlers: the rules of each command over EngineState.
+
+Each handler checks everything first, then mutates, then returns the reply (a dict without
+`reqId`; the caller adds it). A handler that parks a long poll returns None and answers later.
+Handlers raise EngineError for a refused command; `Engine.execute` turns that into
+`{ok: false, error}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol import commands as cmd
+
+from . import errors
+from .errors import EngineError
+from .model import ACTIVE, COMPLETED, COUNTED_STATES, UNKNOWN, Job, job_from_push, uuid7
+from .queues import QueueState, Waiter
+from .state import POLL, EngineState
+from .workers import WorkerRegistry
+
+Reply = dict[str, Any]
+OK: Reply = {"ok": True}
+
+
+class Engine:
+    """The broker's single writer: executes commands against EngineState."""
+
+    def __init__(self, state: EngineState | None = None) -> None:
+        self.state = state if state is not None else EngineState()
+        self.workers = WorkerRegistry()
+        self._handlers: dict[type, Any] = {
+            cmd.Push: self.push,
+            cmd.PushBatch: self.push_batch,
+            cmd.Pull: self.pull,
+            cmd.PullBatch: self.pull,
+            cmd.Ack: self.ack,
+            cmd.AckBatch: self.ack_batch,
+            cmd.Fail: self.fail,
+            cmd.GetJob: self.get_job,
+            cmd.GetState: self.get_state,
+            cmd.GetResult: self.get_result,
+            cmd.GetJobCounts: self.get_job_counts,
+            cmd.Count: self.count,
+            cmd.JobHeartbeat: self.job_heartbeat,
+            cmd.JobHeartbeatB: self.job_heartbeat_batch,
+            cmd.RegisterWorker: self.workers.register,
+            cmd.UnregisterWorker: self.workers.unregister,
+            cmd.Heartbeat: self.workers.heartbeat,
+            cmd.ListWorkers: self.workers.list,
+        }
+
+    # -- the actor's entry points --------------------------------------------------------------
+
+    def execute(self, session: Any, command: Any, now: float) -> None:
+        """Run one command and send its reply to `session` (unless it was parked)."""
+        try:
+            reply = self._handlers[type(command)](session, command, now)
+        except EngineError as exc:
+            reply = {"ok": False, "error": str(exc)}
+        if reply is not None:
+            session.reply(reply, command.reqId)
+
+    def tick(self, now: float) -> None:
+        """Fire due timers and answer long polls that can now be served or have timed out."""
+        for waiter in self.state.fire_timers(now):
+            if not waiter.done:
+                waiter.done = True
+                waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)
+        dirty = self.state.dirty_queues
+        while dirty:
+            self._serve_waiters(dirty.pop(), now)
+
+    def answer_parked(self) -> None:
+        """Answer every parked long poll with no job (the broker is shutting down)."""
+        for queue in self.state.queues.values():
+            while queue.waiters:
+                waiter = queue.waiters.popleft()
+                if not waiter.done and not waiter.session.closed:
+                    waiter.done = True
+                    waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)
+
+    def next_deadline(self) -> float:
+        """When `tick` next has work to do, in epoch ms (inf when never)."""
+        return self.state.wheel.next_deadline()
+
+    def disconnect(self, session: Any, now: float) -> None:
+        """A connection closed: release the jobs it pulled without a lease and did not settle."""
+        session.closed = True
+        state = self.state
+        for job_id in list(session.held):
+            job = state.jobs.get(job_id)
+            if job is not None and job.state == ACTIVE and job.holder is session:
+                state.requeue(job, now)
+        session.held.clear()
+        self.workers.disconnect(session)
+
+    # -- push ----------------------------------------------------------------------------------
+
+    def push(self, session: Any, command: cmd.Push, now: float) -> Reply:
+        """PUSH: idempotent on jobId, deduplicated on uniqueKey, dependencies must exist."""
+        existing = self._existing_id(command.queue, command, command.jobId)
+        if existing is not None:
+            return {"ok": True, "id": existing}
+        self._check_dependencies(command.dependsOn, ())
+        job = self._new_job(command.queue, command, command.jobId, now)
+        self.state.add(job, now)
+        return {"ok": True, "id": job.id}
+
+    def push_batch(self, session: Any, command: cmd.PushBatch, now: float) -> Reply:
+        """PUSHB: every item checked first (dependsOn may name customIds of the batch)."""
+        items: list[Any] = command.jobs  # type: ignore[assignment]
+        queue = command.queue
+        batch_ids = {item.customId for item in items if item.customId is not None}
+        for index, item in enumerate(items):
+            try:
+                self._check_dependencies(item.dependsOn, batch_ids)
+            except EngineError as exc:
+                raise EngineError(f"jobs[{index}]: {exc}") from None
+        return {"ok": True, "ids": self._add_batch(queue, items, now)}
+
+    def _add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+        # A dependency on a later item of the batch is simply not completed yet when the earlier
+        # job is added, so adding in input order already gives "any order" chains.
+        state = self.state
+        ids: list[str] = []
+        created: list[Job] = []
+        taken: dict[str, str] = {}
+        for item in items:
+            existing = self._existing_id(queue, item, item.customId)
+            if existing is None and item.customId is not None:
+                existing = taken.get(item.customId)
+            if existing is None and item.uniqueKey is not None:
+                existing = taken.get("\0" + item.uniqueKey)
+            if existing is not None:
+                ids.append(existing)
+                continue
+            job = self._new_job(queue, item, item.customId, now)
+            if item.customId is not None:
+                taken[item.customId] = job.id
+            if item.uniqueKey is not None:
+                taken["\0" + item.uniqueKey] = job.id
+            created.append(job)
+            ids.append(job.id)
+        for job in created:
+            state.add(job, now)
+        return ids
+
+    def _existing_id(self, queue: str, fields: Any, custom_id: str | None) -> str | None:
+        state = self.state
+        if custom_id is not None and custom_id in state.jobs:
+            return custom_id
+        if fields.uniqueKey is not None:
+            return state.unique_owner(queue, fields.uniqueKey)
+        return None
+
+    def _check_dependencies(self, depends_on: list[str], batch_ids: Any) -> None:
+        jobs = self.state.jobs
+        for dep_id in depends_on:
+            if dep_id not in jobs and dep_id not in batch_ids:
+                raise errors.dependency_missing(dep_id)
+
+    def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
+        return job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
+
+    # -- pull ----------------------------------------------------------------------------------
+
+    def pull(self, session: Any, command: cmd.Pull, now: float) -> Reply | None:
+        """PULL/PULLB: claim ready jobs now, or park until one arrives or the timeout passes."""
+        batch = isinstance(command, cmd.PullBatch)
+        count = command.count if batch else 1  # type: ignore[attr-defined]
+        waiter = Waiter(session, command.reqId, command, count, batch)
+        queue = self.state.queue(command.queue)
+        if queue.has_ready() or not command.timeout:
+            jobs, tokens = self._claim(queue, waiter, now)
+            return self._pulled(waiter, jobs, tokens)
+        queue.waiters.append(waiter)
+        self.state.wheel.schedule(now + command.timeout, POLL, waiter)
+        return None
+
+    def _claim(self, queue: QueueState, waiter: Waiter, now: float) -> tuple[list[Job], list]:
+        command = waiter.command
+        session = waiter.session
+        hold = command.owner is None and not command.detach
+        jobs: list[Job] = []
+        tokens: list[str | None] = []
+        for _ in range(waiter.count):
+            job = queue.pop_ready()
+            if job is None:
+                break
+            tokens.append(self.state.claim(job, now, command.owner, command.lockTtl))
+            if hold:
+                job.holder = session
+                session.held.add(job.id)
+            jobs.append(job)
+        return jobs, tokens
+
+    def _pulled(self, waiter: Waiter, jobs: list[Job], tokens: list) -> Reply:
+        leased = waiter.command.owner is not None
+        if waiter.batch:
+            reply: Reply = {"ok": True, "jobs": [job.to_wire() for job in jobs]}
+            if leased:
+                reply["tokens"] = tokens
+            return reply
+        reply = {"ok": True, "job": jobs[0].to_wire() if jobs else None}
+        if leased:
+            reply["token"] = tokens[0] if tokens else None
+        return reply
+
+    def _serve_waiters(self, queue: QueueState, now: float) -> None:
+        waiters = queue.waiters
+        while waiters and queue.has_ready():
+            waiter = waiters.popleft()
+            if waiter.done or waiter.session.closed:
+                continue
+            waiter.done = True
+            jobs, tokens = self._claim(queue, waiter, now)
+            waiter.session.reply(self._pulled(waiter, jobs, tokens), waiter.req_id)
+        while waiters and (waiters[0].done or waiters[0].session.closed):
+            waiters.popleft()
+
+    # -- settle --------------------------------------------------------------------------------
+
+    def _active_job(self, job_id: str, token: str | None) -> Job:
+        job = self.state.jobs.get(job_id)
+        if job is None or job.state != ACTIVE:
+            raise errors.not_processing(job_id)
+        if job.lock_token is not None and token is None:
+            raise errors.token_required(job_id)
+        if token is not None and token != job.lock_token:
+            # A token, when given, must be the current lease's: a stale one (its lease expired
+            # and the job was pulled again) must not settle someone else's delivery.
+            raise errors.token_invalid(job_id)
+        return job
+
+    def ack(self, session: Any, command: cmd.Ack, now: float) -> Reply:
+        """ACK: complete an active job (token required when it is leased)."""
+        job = self._active_job(command.id, command.token)
+        remove = command.removeOnComplete or job.remove_on_complete
+        self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
+        return OK
+
+    def ack_batch(self, session: Any, command: cmd.AckBatch, now: float) -> Reply:
+        """ACKB: every job and token checked before any job completes."""
+        ids: list[str] = command.ids
+        tokens = command.tokens or [None] * len(ids)
+        results = command.results or [None] * len(ids)
+        seen: set[str] = set()
+        for job_id, token in zip(ids, tokens, strict=True):
+            if job_id not in seen:
+                self._active_job(job_id, token)
+                seen.add(job_id)
+        ignored_ids: list[str] = []
+        ignored_indices: list[int] = []
+        for index, (job_id, result) in enumerate(zip(ids, results, strict=True)):
+            job = self.state.jobs.get(job_id)
+            if job is None or job.state != ACTIVE:
+                ignored_ids.append(job_id)
+                ignored_indices.append(index)
+                continue
+            self.state.complete(job, now, result, job.remove_on_complete)  # type: ignore[arg-type]
+        if ignored_ids:
+            return {"ok": True, "data": {"ignoredIds": ignored_ids, "ignoredIndices": ignored_indices}}
+        return OK
+
+    def fail(self, session: Any, command: cmd.Fail, now: float) -> Reply:
+        """FAIL: retry after the backoff while attempts remain, else to the dead-letter queue."""
+        job = self._active_job(command.id, command.token)
+        job.attempts += 1
+        if command.stack is not None:
+            limit = max(int(job.stack_trace_limit), 0)
+            job.stacktrace = command.stack[:limit]
+        reason = command.error if command.error is not None else "Job failed"
+        if command.unrecoverable or job.attempts >= job.max_attempts:
+            remove = command.removeOnFail or job.remove_on_fail
+            self.state.fail(job, now, reason, remove)
+        else:
+            job.failed_reason = reason
+            self.state.retry(job, now)
+        return OK
+
+    # -- heartbeats ----------------------------------------------------------------------------
+
+    def job_heartbeat(self, session: Any, command: cmd.JobHeartbeat, now: float) -> Reply:
+        """JobHeartbeat: note the job is alive; with its token, renew the lease too."""
+        if not self._beat(command.id, command.token, command.duration, now):
+            raise EngineError("Job not found or not active (or invalid token)")
+        return {"ok": True, "data": {"ok": True}}
+
+    def job_heartbeat_batch(self, session: Any, command: cmd.JobHeartbeatB, now: float) -> Reply:
+        """JobHeartbeatB: heartbeat many jobs; answers how many were alive."""
+        tokens = command.tokens or [None] * len(command.ids)
+        count = sum(
+            self._beat(job_id, token, None, now)
+            for job_id, token in zip(command.ids, tokens, strict=False)
+        )
+        return {"ok": True, "data": {"ok": True, "count": count}}
+
+    def _beat(self, job_id: str, token: str | None, duration: float | None, now: float) -> bool:
+        job = self.state.jobs.get(job_id)
+        if job is None or job.state != ACTIVE:
+            return False
+        job.last_heartbeat = now
+        if token is None or job.lock_token is None:
+            return token is None or token == job.lock_token
+        if token != job.lock_token:
+            return False
+        self.state.renew_lease(job, now, job.lock_ttl if duration is None else duration)
+        return True
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def get_job(self, session: Any, command: cmd.GetJob, now: float) -> Reply:
+        """GetJob: the job with its state, or `Job not found`."""
+        job = self.state.jobs.get(command.id)
+        if job is None:
+            raise EngineError(errors.JOB_NOT_FOUND)
+        return {"ok": True, "job": job.to_wire_with_state()}
+
+    def get_state(self, session: Any, command: cmd.GetState, now: float) -> Reply:
+        """GetState: the job's state, `unknown` when the broker does not know it."""
+        job = self.state.jobs.get(command.id)
+        return {"ok": True, "id": command.id, "state": UNKNOWN if job is None else job.state}
+
+    def get_result(self, session: Any, command: cmd.GetResult, now: float) -> Reply:
+        """GetResult: the result a completed job was acknowledged with (nil otherwise)."""
+        job = self.state.jobs.get(command.id)
+        result = None
+        if job is not None and job.state == COMPLETED and job.result is not None:
+            result = msgspec.Raw(job.result)
+        return {"ok": True, "id": command.id, "result": result}
+
+    def get_job_counts(self, session: Any, command: cmd.GetJobCounts, now: float) -> Reply:
+        """GetJobCounts: jobs of the queue by state, plus `paused` (0: pausing comes later)."""
+        queue = self.state.queues.get(command.queue)
+        counts = dict(queue.counts) if queue else dict.fromkeys(COUNTED_STATES, 0)
+        counts["paused"] = 0
+        return {"ok": True, "counts": counts}
+
+    def count(self, session: Any, command: cmd.Count, now: float) -> Reply:
+        """Count: waiting + prioritized + delayed jobs of the queue."""
+        queue = self.state.queues.get(command.queue)
+        if queue is None:
+            return {"ok": True, "count": 0}
+        counts = queue.counts
+        return {"ok": True, "count": counts["waiting"] + counts["prioritized"] + counts["delayed"]}

@@ -1,0 +1,28 @@
+"""Every user-visible error text of the engine, defined once (clients match on text)."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """A command that is valid on the wire but not allowed in the current state."""
+
+
+def not_processing(job_id: str) -> EngineError:
+    return EngineError(f"Job not found or not in processing state: {job_id}")
+
+
+def token_required(job_id: str) -> EngineError:
+    return EngineError(f"Lock token required for job {job_id}")
+
+
+def token_invalid(job_id: str) -> EngineError:
+    return EngineError(f"Invalid or expired lock token for job {job_id}")
+
+
+def dependency_missing(job_id: str) -> EngineError:
+    return EngineError(f"Dependency job not found: {job_id}")
+
+
+JOB_NOT_FOUND = "Job not found"
+NOT_AUTHENTICATED = "Not authenticated"
+INVALID_TOKEN = "Invalid token"

@@ -1,0 +1,227 @@
+"""The domain model: a job and its states, with the conversion to the wire shape.
+
+Field names are Python's; `to_wire` produces the reference server's job object (its keys and
+their order), so clients written against bunqueue read our jobs unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import attrs
+import msgspec
+
+# Internal states. WAITING and PRIORITIZED are both "ready"; which one a ready job reports is
+# decided by its priority when it becomes ready.
+WAITING = "waiting"
+PRIORITIZED = "prioritized"
+DELAYED = "delayed"
+ACTIVE = "active"
+COMPLETED = "completed"
+FAILED = "failed"
+WAITING_CHILDREN = "waiting-children"
+UNKNOWN = "unknown"
+
+READY_STATES = frozenset({WAITING, PRIORITIZED})
+QUEUED_STATES = frozenset({WAITING, PRIORITIZED, DELAYED})
+COUNTED_STATES = (WAITING, PRIORITIZED, DELAYED, ACTIVE, COMPLETED, FAILED, WAITING_CHILDREN)
+
+_last_uuid_ms = 0
+_uuid_counter = 0
+
+
+def uuid7() -> str:
+    """A UUIDv7 string: millisecond time, then a counter so ids from one ms still sort."""
+    global _last_uuid_ms, _uuid_counter
+    ms = time.time_ns() // 1_000_000
+    if ms <= _last_uuid_ms:
+        ms = _last_uuid_ms
+        _uuid_counter += 1
+    else:
+        _last_uuid_ms = ms
+        _uuid_counter = int.from_bytes(os.urandom(2), "big") & 0x3FF
+    rand = int.from_bytes(os.urandom(8), "big") & 0x3FFFFFFFFFFFFFFF
+    value = (ms << 80) | (0x7 << 76) | ((_uuid_counter & 0xFFF) << 64) | (0x2 << 62) | rand
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+@attrs.define(slots=True, eq=False)
+class Job:
+    """One job and everything the broker knows about it."""
+
+    id: str
+    queue: str
+    name: str
+    data: bytes
+    created_at: float
+    run_at: float
+    priority: float = 0
+    lifo: bool = False
+    max_attempts: int = 3
+    backoff: float = 1000
+    backoff_config: dict[str, Any] | None = None
+    ttl: float | None = None
+    timeout: float | None = None
+    unique_key: str | None = None
+    custom_id: str | None = None
+    depends_on: list[str] = attrs.Factory(list)
+    parent_id: str | None = None
+    children_ids: list[str] = attrs.Factory(list)
+    tags: list[str] = attrs.Factory(list)
+    group_id: str | None = None
+    group_max_size: int | None = None
+    remove_on_complete: bool = False
+    remove_on_fail: bool = False
+    durable: bool = False
+    repeat: dict[str, Any] | None = None
+    stall_timeout: float | None = None
+    stack_trace_limit: float = 10
+    keep_logs: float | None = None
+    size_limit: float | None = None
+    fail_parent_on_failure: bool = False
+    remove_dependency_on_failure: bool = False
+    continue_parent_on_failure: bool = False
+    ignore_dependency_on_failure: bool = False
+    dedup_ttl: float | None = None
+    dedup_extend: bool = False
+    dedup_replace: bool = False
+    debounce_id: str | None = None
+    debounce_ttl: float | None = None
+
+    # Life-cycle fields.
+    state: str = WAITING
+    started_at: float | None = None
+    completed_at: float | None = None
+    attempts: int = 0
+    stall_count: int = 0
+    progress: float = 0
+    progress_message: str | None = None
+    last_heartbeat: float = 0
+    result: bytes | None = None
+    failed_reason: str | None = None
+    stacktrace: list[str] | None = None
+    pending_deps: int = 0
+
+    # Engine bookkeeping: the ready-heap entry and timer that are current, the lease, the holder.
+    ready_seq: int = -1
+    timer_token: int = 0
+    lock_token: str | None = None
+    lock_owner: str | None = None
+    lock_ttl: float = 0
+    lock_expires_at: float = 0
+    holder: Any = None
+
+    def reported_state(self) -> str:
+        """The state a client sees (the internal names are the reported ones)."""
+        return self.state
+
+    def to_wire(self) -> dict[str, Any]:
+        """The job object as the reference server sends it (keys in its order)."""
+        return {
+            "id": self.id,
+            "queue": self.queue,
+            "name": self.name,
+            "data": msgspec.Raw(self.data),
+            "createdAt": self.created_at,
+            "runAt": self.run_at,
+            "startedAt": self.started_at,
+            "completedAt": self.completed_at,
+            "attempts": self.attempts,
+            "backoff": self.backoff,
+            "backoffConfig": self.backoff_config,
+            "dependsOn": self.depends_on,
+            "childrenIds": self.children_ids,
+            "childrenCompleted": 0,
+            "tags": self.tags,
+            "progress": self.progress,
+            "progressMessage": self.progress_message,
+            "stacktrace": self.stacktrace,
+            "repeat": self.repeat,
+            "durable": self.durable,
+            "lastHeartbeat": self.last_heartbeat,
+            "stallCount": self.stall_count,
+            "priority": self.priority,
+            "lifo": self.lifo,
+            "maxAttempts": self.max_attempts,
+            "removeOnComplete": self.remove_on_complete,
+            "removeOnFail": self.remove_on_fail,
+            "ttl": self.ttl,
+            "timeout": self.timeout,
+            "uniqueKey": self.unique_key,
+            "customId": self.custom_id,
+            "parentId": self.parent_id,
+            "groupId": self.group_id,
+            "groupMaxSize": self.group_max_size,
+            "stallTimeout": self.stall_timeout,
+            "stackTraceLimit": self.stack_trace_limit,
+            "keepLogs": self.keep_logs,
+            "sizeLimit": self.size_limit,
+            "failParentOnFailure": self.fail_parent_on_failure,
+            "removeDependencyOnFailure": self.remove_dependency_on_failure,
+            "continueParentOnFailure": self.continue_parent_on_failure,
+            "ignoreDependencyOnFailure": self.ignore_dependency_on_failure,
+            "deduplicationTtl": self.dedup_ttl,
+            "deduplicationExtend": self.dedup_extend,
+            "deduplicationReplace": self.dedup_replace,
+            "debounceId": self.debounce_id,
+            "debounceTtl": self.debounce_ttl,
+            "timeline": [],
+        }
+
+    def to_wire_with_state(self) -> dict[str, Any]:
+        """The job as GetJob returns it: with `state`, `returnvalue` and `failedReason`."""
+        wire = self.to_wire()
+        wire["state"] = self.state
+        wire["returnvalue"] = None if self.result is None else msgspec.Raw(self.result)
+        wire["failedReason"] = self.failed_reason
+        return wire
+
+
+def job_from_push(fields: Any, queue: str, job_id: str, custom_id: str | None, now: float) -> Job:
+    """Build a Job from validated PUSH/PUSHB fields (protocol.jobspec.JobFields)."""
+    created = fields.timestamp if fields.timestamp is not None else now
+    dedup = fields.dedup
+    return Job(
+        id=job_id,
+        queue=queue,
+        name=fields.name,
+        data=fields.data,
+        created_at=created,
+        run_at=created + fields.delay,
+        priority=fields.priority,
+        lifo=fields.lifo,
+        max_attempts=fields.maxAttempts,
+        backoff=fields.backoff,
+        backoff_config=fields.backoffConfig,
+        ttl=fields.ttl,
+        timeout=fields.timeout,
+        unique_key=fields.uniqueKey,
+        custom_id=custom_id,
+        depends_on=fields.dependsOn,
+        parent_id=fields.parentId,
+        children_ids=fields.childrenIds,
+        tags=fields.tags,
+        group_id=fields.groupId,
+        group_max_size=fields.groupMaxSize,
+        remove_on_complete=fields.removeOnComplete,
+        remove_on_fail=fields.removeOnFail,
+        durable=fields.durable,
+        repeat=fields.repeat,
+        stall_timeout=fields.stallTimeout,
+        stack_trace_limit=fields.stackTraceLimit,
+        keep_logs=fields.keepLogs,
+        size_limit=fields.sizeLimit,
+        fail_parent_on_failure=fields.failParentOnFailure,
+        remove_dependency_on_failure=fields.removeDependencyOnFailure,
+        continue_parent_on_failure=fields.continueParentOnFailure,
+        ignore_dependency_on_failure=fields.ignoreDependencyOnFailure,
+        dedup_ttl=dedup["ttl"],
+        dedup_extend=dedup["extend"],
+        dedup_replace=dedup["replace"],
+        debounce_id=fields.debounceId,
+        debounce_ttl=fields.debounceTtl,
+        last_heartbeat=created,
+    )

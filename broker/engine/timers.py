@@ -1,0 +1,50 @@
+"""The timer wheel: one deadline structure for delays, leases, retries and long-poll timeouts.
+
+A heap of (deadline, sequence, kind, target, token) with lazy deletion, as Trio keeps its own
+deadlines: cancelling is free (the owner changes its token), and a stale entry is skipped when it
+reaches the top. The engine owns the wheel and the actor sleeps until `next_deadline()`, so no
+second task and no cycle of blocking channels is needed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+
+class Timer(NamedTuple):
+    """One scheduled wake-up; `kind` says what to do and `token` says whether it still holds."""
+
+    at_ms: float
+    seq: int
+    kind: str
+    target: Any
+    token: Any
+
+
+class TimerWheel:
+    """Deadlines in epoch milliseconds; pure (the caller passes `now_ms`)."""
+
+    def __init__(self) -> None:
+        self._heap: list[Timer] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def schedule(self, at_ms: float, kind: str, target: Any, token: Any = None) -> None:
+        """Arrange for (kind, target, token) to come out of `pop_due` once `at_ms` has passed."""
+        heapq.heappush(self._heap, Timer(at_ms, next(self._seq), kind, target, token))
+
+    def next_deadline(self) -> float:
+        """The earliest deadline, or inf when nothing is scheduled."""
+        return self._heap[0].at_ms if self._heap else math.inf
+
+    def pop_due(self, now_ms: float) -> Iterator[Timer]:
+        """Yield every timer whose deadline is at or before `now_ms`, earliest first."""
+        heap = self._heap
+        while heap and heap[0].at_ms <= now_ms:
+            yield heapq.heappop(heap)

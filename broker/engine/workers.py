@@ -1,0 +1,84 @@
+"""Registered workers: what the SDKs' Worker classes announce about themselves.
+
+Workers register (an upsert: SDKs register twice at start), heartbeat, and unregister; a worker
+registered on a connection is dropped when that connection closes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import EngineError
+
+WORKER_TIMEOUT_MS = 30_000
+
+
+class WorkerRegistry:
+    """Worker records by id."""
+
+    def __init__(self) -> None:
+        self._workers: dict[str, dict[str, Any]] = {}
+        self._sessions: dict[str, Any] = {}
+
+    def register(self, session: Any, command: Any, now: float) -> dict[str, Any]:
+        """RegisterWorker: create or refresh a worker record bound to this connection."""
+        worker_id = command.workerId or command.name
+        record = self._workers.get(worker_id) or {
+            "workerId": worker_id,
+            "registeredAt": now,
+            "activeJobs": 0,
+            "processedJobs": 0,
+            "failedJobs": 0,
+            "currentJob": None,
+        }
+        record.update(
+            name=command.name,
+            queues=command.queues,
+            concurrency=command.concurrency,
+            hostname=command.hostname,
+            pid=command.pid,
+            status="active",
+            lastSeen=now,
+        )
+        self._workers[worker_id] = record
+        self._sessions[worker_id] = session
+        return {"ok": True, "data": record}
+
+    def unregister(self, session: Any, command: Any, now: float) -> dict[str, Any]:
+        """UnregisterWorker: forget a worker."""
+        if self._workers.pop(command.workerId, None) is None:
+            raise EngineError("Worker not found")
+        self._sessions.pop(command.workerId, None)
+        return {"ok": True, "data": {"removed": True}}
+
+    def heartbeat(self, session: Any, command: Any, now: float) -> dict[str, Any]:
+        """Heartbeat: a worker reports it is alive, with its counters."""
+        record = self._workers.get(command.id)
+        if record is None:
+            raise EngineError("Worker not found")
+        record["lastSeen"] = now
+        for wire, key in (
+            ("activeJobs", "activeJobs"),
+            ("processed", "processedJobs"),
+            ("failed", "failedJobs"),
+        ):
+            value = getattr(command, wire)
+            if value is not None:
+                record[key] = value
+        return {"ok": True, "data": {"ok": True}}
+
+    def list(self, session: Any, command: Any, now: float) -> dict[str, Any]:
+        """ListWorkers: every worker, `stale` when not seen for 30 s."""
+        workers = []
+        for record in self._workers.values():
+            stale = now - record["lastSeen"] > WORKER_TIMEOUT_MS
+            entry = dict(record, id=record["workerId"], status="stale" if stale else "active")
+            workers.append(entry)
+        return {"ok": True, "data": {"workers": workers, "stats": {"total": len(workers)}}}
+
+    def disconnect(self, session: Any) -> None:
+        """Drop the workers registered on a closed connection."""
+        for worker_id, owner in list(self._sessions.items()):
+            if owner is session:
+                del self._sessions[worker_id]
+                self._workers.pop(worker_id, None)

@@ -1,0 +1,105 @@
+"""A client session: what one connection owns, independent of the transport.
+
+The engine answers by calling `reply`, which stages an encoded frame. Staged frames are released
+to the writer only by `release`, which the actor calls after the batch is committed, so a client
+never hears `ok` for a change that is not yet stored. Replies the connection makes itself (Hello,
+Ping, errors) are released at once.
+
+The in-flight count covers commands handed to the engine and not yet written back; the reader
+waits while it is at the limit, so a client that does not read its replies stops being read.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import trio
+
+from protocol import append_frame
+
+MAX_IN_FLIGHT = 50
+_ids = itertools.count(1)
+
+
+class Session:
+    """One connection's state: auth, held jobs, staged and ready reply bytes, flow control."""
+
+    def __init__(self, outbox: set[Any], *, authenticated: bool) -> None:
+        self.id = next(_ids)
+        self._outbox = outbox
+        self.authenticated = authenticated
+        self.closed = False
+        self.held: set[str] = set()
+        self.in_flight = 0
+        self._staged = bytearray()
+        self._staged_count = 0
+        self._ready = bytearray()
+        self._ready_count = 0
+        self._ready_lot = trio.lowlevel.ParkingLot()
+        self._capacity_lot = trio.lowlevel.ParkingLot()
+        self._flushed_lot = trio.lowlevel.ParkingLot()
+        self._writing = False
+
+    # -- called by the engine (inside a batch) -------------------------------------------------
+
+    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
+        """Stage a reply; it reaches the client after the actor calls `release`."""
+        if req_id is not None:
+            reply = {**reply, "reqId": req_id}
+        append_frame(self._staged, reply)
+        self._staged_count += 1
+        self._outbox.add(self)
+
+    def release(self) -> bool:
+        """Hand staged replies to the writer; returns whether there were any."""
+        if not self._staged_count:
+            return False
+        self._ready += self._staged
+        self._ready_count += self._staged_count
+        self._staged.clear()
+        self._staged_count = 0
+        self._ready_lot.unpark_all()
+        return True
+
+    # -- called by the connection ---------------------------------------------------------------
+
+    def reply_now(self, reply: dict[str, Any], req_id: Any, counted: bool = False) -> None:
+        """Send a reply the connection made itself (no engine, nothing to commit)."""
+        if req_id is not None:
+            reply = {**reply, "reqId": req_id}
+        append_frame(self._ready, reply)
+        if counted:
+            self._ready_count += 1
+        self._ready_lot.unpark_all()
+
+    async def wait_capacity(self) -> int:
+        """Wait until another command may go to the engine; returns how many may."""
+        while self.in_flight >= MAX_IN_FLIGHT:
+            await self._capacity_lot.park()
+        return MAX_IN_FLIGHT - self.in_flight
+
+    async def wait_output(self) -> tuple[bytes, int]:
+        """Wait for reply bytes; returns them with the number of engine replies among them."""
+        while not self._ready:
+            await self._ready_lot.park()
+        self._writing = True
+        data = bytes(self._ready)
+        count = self._ready_count
+        self._ready.clear()
+        self._ready_count = 0
+        return data, count
+
+    async def wait_flushed(self) -> None:
+        """Wait until every command handed to the engine has been answered and written."""
+        while self._ready or self._writing or self.in_flight:
+            await self._flushed_lot.park()
+
+    def written(self, count: int) -> None:
+        """The writer sent `count` engine replies: free their in-flight slots."""
+        self._writing = False
+        if count:
+            self.in_flight -= count
+            self._capacity_lot.unpark_all()
+        if not self._ready:
+            self._flushed_lot.unpark_all()

@@ -1,0 +1,197 @@
+"""The TCP front end: one reader and one writer task per connection.
+
+The reader decodes every frame a read delivered, answers what the connection can answer alone
+(Hello, Ping, Auth, malformed frames), and hands the rest to the engine as one batch, at most 50
+commands in flight. The writer sends whatever replies are ready in one write. When the
+connection ends, the engine is told (shielded, so it happens even during cancellation) and
+releases the jobs this connection pulled without a lease.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+import trio
+
+from protocol import FrameDecoder, FrameTooLarge, Rejected, decode_command
+from protocol import commands as cmd
+
+from .. import __version__
+from ..engine.actor import Batch, Disconnect, EngineActor
+from ..engine.errors import INVALID_TOKEN, NOT_AUTHENTICATED
+from .session import Session
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 3
+CAPABILITIES = ["pipelining", "separate-job-name"]
+READ_SIZE = 256 * 1024
+DISCONNECT_TIMEOUT_S = 5
+# After the client stops sending, how long its last replies (not long polls) may take.
+FLUSH_GRACE_S = 1
+
+
+def tokens_match(presented: Any, configured: frozenset[str]) -> bool:
+    """Compare a presented token with every configured one in constant time."""
+    if not isinstance(presented, str) or not presented.strip():
+        return False
+    candidate = presented.strip().encode()
+    found = False
+    for token in configured:
+        found |= hmac.compare_digest(candidate, token.encode())
+    return found
+
+
+class Connection:
+    """Serves one client stream against the engine actor."""
+
+    def __init__(self, stream: trio.abc.Stream, actor: EngineActor, tokens: frozenset[str]):
+        self.stream = stream
+        self.actor = actor
+        self.tokens = tokens
+        self.session = Session(actor.outbox, authenticated=not tokens)
+        self.decoder = FrameDecoder()
+
+    async def serve(self) -> None:
+        """Run until the client goes away or sends a frame that is too large."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_loop)
+                await self._read_loop()
+                with trio.move_on_after(FLUSH_GRACE_S):
+                    await self.session.wait_flushed()
+                nursery.cancel_scope.cancel()
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the peer went away; nothing to tell it
+        finally:
+            self.session.closed = True
+            with trio.move_on_after(DISCONNECT_TIMEOUT_S) as scope:
+                scope.shield = True
+                await self.actor.inbox.send(Disconnect(self.session))
+                await trio.aclose_forcefully(self.stream)
+
+    async def _read_loop(self) -> None:
+        while True:
+            chunk = await self.stream.receive_some(READ_SIZE)
+            if not chunk:
+                return
+            try:
+                payloads = self.decoder.feed(chunk)
+            except FrameTooLarge as exc:
+                self.session.reply_now({"ok": False, "error": str(exc)}, None)
+                return
+            commands = self._triage(payloads)
+            while commands:
+                room = await self.session.wait_capacity()
+                part, commands = commands[:room], commands[room:]
+                self.session.in_flight += len(part)
+                await self.actor.inbox.send(Batch(self.session, part))
+
+    def _triage(self, payloads: list[bytes]) -> list[Any]:
+        """Decode frames; answer local ones; return those for the engine."""
+        session = self.session
+        commands = []
+        for payload in payloads:
+            command = decode_command(payload)
+            if isinstance(command, Rejected):
+                session.reply_now({"ok": False, "error": command.error}, command.req_id)
+            elif isinstance(command, cmd.Auth):
+                self._auth(command)
+            elif not session.authenticated:
+                session.reply_now({"ok": False, "error": NOT_AUTHENTICATED}, command.reqId)
+            elif isinstance(command, cmd.Hello):
+                session.reply_now(hello_reply(), command.reqId)
+            elif isinstance(command, cmd.Ping):
+                session.reply_now(ping_reply(self.actor.clock.now_ms()), command.reqId)
+            else:
+                commands.append(command)
+        return commands
+
+    def _auth(self, command: cmd.Auth) -> None:
+        if tokens_match(command.token, self.tokens):
+            self.session.authenticated = True
+            self.session.reply_now({"ok": True}, command.reqId)
+        else:
+            self.session.reply_now({"ok": False, "error": INVALID_TOKEN}, command.reqId)
+
+    async def _write_loop(self) -> None:
+        session = self.session
+        while True:
+            data, count = await session.wait_output()
+            await self.stream.send_all(data)
+            session.written(count)
+
+
+def hello_reply() -> dict[str, Any]:
+    """The Hello answer: protocol 3 with pipelining and a separate job name."""
+    return {
+        "ok": True,
+        "protocolVersion": PROTOCOL_VERSION,
+        "capabilities": CAPABILITIES,
+        "server": "trioq",
+        "version": __version__,
+    }
+
+
+def ping_reply(now_ms: float) -> dict[str, Any]:
+    """The Ping answer."""
+    return {"ok": True, "data": {"pong": True, "time": int(now_ms)}}
+
+
+class TcpServer:
+    """Accepts connections and serves each one in its own task, with a staged shutdown."""
+
+    def __init__(self, actor: EngineActor, tokens: frozenset[str]) -> None:
+        self.actor = actor
+        self.tokens = tokens
+        self.connections: set[Connection] = set()
+        self._accepting = trio.CancelScope()
+        self._handlers: trio.Nursery | None = None
+
+    async def run(self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED):
+        """Listen on host:port (port 0 picks one); reports the listeners once bound."""
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        async with trio.open_nursery() as handlers:
+            self._handlers = handlers
+            with self._accepting:
+                async with trio.open_nursery() as accept:
+                    for listener in listeners:
+                        accept.start_soon(self._accept_loop, listener)
+                    task_status.started(listeners)
+            for listener in listeners:
+                await listener.aclose()
+
+    async def serve_stream(self, stream: trio.abc.Stream) -> None:
+        """Serve one already-connected stream (used for sockets and for in-memory tests)."""
+        connection = Connection(stream, self.actor, self.tokens)
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+
+    async def _accept_loop(self, listener: trio.SocketListener) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # e.g. too many open files: wait, then accept again
+                log.warning("accept failed: %s", exc)
+                await trio.sleep(0.1)
+                continue
+            stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, 1)
+            assert self._handlers is not None
+            self._handlers.start_soon(self.serve_stream, stream)
+
+    def stop_accepting(self) -> None:
+        """Close the listeners; connections already open go on."""
+        self._accepting.cancel()
+
+    async def close_connections(self, grace_s: float) -> None:
+        """Let in-flight replies finish (at most `grace_s`), then close every connection."""
+        with trio.move_on_after(grace_s):
+            while any(c.session.in_flight for c in self.connections):
+                await trio.sleep(0.01)
+        if self._handlers is not None:
+            self._handlers.cancel_scope.cancel()

@@ -1,0 +1,98 @@
+"""Bytes to commands and replies to bytes, with msgpackr compatibility.
+
+Decoding has a fast path and a slow path. The fast path decodes a frame straight into the tagged
+command union (validation included). Only when that fails does the slow path decode the frame
+generically to find its `reqId` and `cmd` and to word the error exactly as bunqueue does:
+`Invalid command format` (not MessagePack), `Invalid command` (no `cmd`), `Unknown command: X`,
+or the validation message of the command itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Union
+
+import msgspec
+
+from .commands import COMMAND_NAMES, WIRE_COMMANDS
+from .errors import CommandError
+
+JS_UNDEFINED_EXT = 0
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    """msgpackr encodes a JS `undefined` as ext type 0; it means "absent"."""
+    if code == JS_UNDEFINED_EXT:
+        return None
+    return msgspec.msgpack.Ext(code, bytes(data))
+
+
+_AnyCommand = Union[WIRE_COMMANDS]  # type: ignore[valid-type]  # noqa: UP007
+_decode_command = msgspec.msgpack.Decoder(_AnyCommand, ext_hook=_ext_hook).decode
+_decode_any = msgspec.msgpack.Decoder(ext_hook=_ext_hook).decode
+_encoder = msgspec.msgpack.Encoder()
+encode = _encoder.encode
+
+_MSGSPEC_TYPE_ERROR = re.compile(r"Expected `(?P<kind>[^`]+)`, got `[^`]+` - at `\$\.(?P<path>.+)`")
+_KIND_WORDS = {"array": "an array", "object": "an object", "str": "a string", "bool": "a boolean"}
+
+
+class Rejected(msgspec.Struct, frozen=True):
+    """A frame that could not become a command: the error text and the reqId, if any."""
+
+    req_id: Any
+    error: str
+
+
+def decode_command(payload: bytes) -> Any:
+    """Decode and validate one frame payload; never raises."""
+    try:
+        return _decode_command(payload)
+    except (msgspec.ValidationError, msgspec.DecodeError, CommandError):
+        return explain_rejection(payload)
+
+
+def explain_rejection(payload: bytes) -> Rejected:
+    """Word the error for a payload the fast path refused (the slow, rare path)."""
+    try:
+        message = _decode_any(payload)
+    except (msgspec.DecodeError, ValueError):
+        return Rejected(None, "Invalid command format")
+    if not isinstance(message, dict):
+        return Rejected(None, "Invalid command")
+    req_id = message.get("reqId")
+    cmd = message.get("cmd")
+    if not cmd:
+        return Rejected(req_id, "Invalid command")
+    if not isinstance(cmd, str) or cmd not in COMMAND_NAMES:
+        return Rejected(req_id, f"Unknown command: {cmd}")
+    try:
+        _decode_command(payload)
+    except CommandError as exc:
+        return Rejected(req_id, str(exc))
+    except msgspec.ValidationError as exc:
+        return Rejected(req_id, readable_validation_error(str(exc)))
+    return Rejected(req_id, "Invalid command")
+
+
+def readable_validation_error(text: str) -> str:
+    """Turn msgspec's "Expected `array | null`, got `int` - at `$.jobs`" into "jobs must be..."."""
+    match = _MSGSPEC_TYPE_ERROR.fullmatch(text)
+    if not match:
+        return text
+    kinds = [kind for kind in match["kind"].split(" | ") if kind != "null"]
+    words = " or ".join(_KIND_WORDS.get(kind, kind) for kind in kinds)
+    return f"{match['path']} must be {words}"
+
+
+def append_frame(buffer: bytearray, reply: Any) -> None:
+    """Encode `reply` onto the end of `buffer` as one length-prefixed frame, without copies."""
+    start = len(buffer)
+    buffer += b"\0\0\0\0"
+    _encoder.encode_into(reply, buffer, start + 4)
+    buffer[start : start + 4] = (len(buffer) - start - 4).to_bytes(4, "big")
+
+
+def decode_any(payload: bytes) -> Any:
+    """Decode MessagePack into plain Python values (ext 0 becomes None)."""
+    return _decode_any(payload)

@@ -1,0 +1,361 @@
+"""One msgspec Struct per command, tagged on `cmd`, validated on decode.
+
+Fields are typed `Any` where the seed fixes the error text, and `__post_init__` applies the rules
+with the helpers in `values.py`, so a decoded command is always a valid, normalised command.
+Command names are case-sensitive, as in the reference server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .errors import CommandError
+from .jobspec import JS_UNDEFINED, NO_DATA, JobFields
+from .values import (
+    at_least,
+    at_most,
+    finite,
+    flag,
+    optional_str,
+    queue_name,
+    required_str,
+    str_list,
+)
+
+DEFAULT_LOCK_TTL_MS = 30_000
+MAX_POLL_MS = 60_000
+MAX_PULL_BATCH = 1000
+
+
+def raw_or_none(value: msgspec.Raw | None) -> bytes | None:
+    """Return raw MessagePack bytes, or None when absent or a JS `undefined`."""
+    if value is None:
+        return None
+    raw = bytes(value)
+    return None if not raw or raw == JS_UNDEFINED else raw
+
+
+class Command(msgspec.Struct, kw_only=True, tag_field="cmd"):
+    """Base of every command; `reqId` is echoed in the reply whatever its type."""
+
+    reqId: Any = None
+
+
+class Hello(Command, tag="Hello"):
+    """Protocol negotiation; the server answers with its own version and capabilities."""
+
+    protocolVersion: Any = None
+    capabilities: Any = None
+
+
+class Auth(Command, tag="Auth"):
+    """Authenticate the connection with a token."""
+
+    token: Any = None
+
+
+class Ping(Command, tag="Ping"):
+    """Liveness check."""
+
+
+class Push(JobFields, tag_field="cmd", tag="PUSH"):
+    """Add one job; `jobId` makes it idempotent."""
+
+    reqId: Any = None
+    queue: Any = None
+    jobId: Any = None
+
+    def __post_init__(self) -> None:
+        self.queue = queue_name(self.queue)
+        super().__post_init__()
+        self.jobId = optional_str(self.jobId, "jobId") or None
+
+
+class PushItem(JobFields):
+    """One job of a PUSHB batch; `customId` plays the part of PUSH's `jobId`."""
+
+    customId: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.customId = optional_str(self.customId, "customId") or None
+
+
+_decode_item = msgspec.msgpack.Decoder(PushItem).decode
+
+
+def decode_items(raw_items: list[msgspec.Raw]) -> list[PushItem]:
+    """Decode PUSHB items one by one so that an error can name its index (`jobs[i]: ...`)."""
+    items = []
+    for index, raw in enumerate(raw_items):
+        try:
+            items.append(_decode_item(raw))
+        except CommandError as exc:
+            raise CommandError(f"jobs[{index}]: {exc}") from None
+        except msgspec.ValidationError as exc:
+            raise CommandError(f"jobs[{index}]: {exc}") from None
+    return items
+
+
+class PushBatch(Command, tag="PUSHB"):
+    """Add many jobs to one queue, all or nothing; `jobs` becomes a list of PushItem."""
+
+    queue: Any = None
+    jobs: list[msgspec.Raw] | None = None
+
+    def __post_init__(self) -> None:
+        self.queue = queue_name(self.queue)
+        if self.jobs is None:
+            raise CommandError("jobs must be an array")
+        self.jobs = decode_items(self.jobs)  # type: ignore[assignment]
+
+
+def poll_timeout(value: Any) -> float | int:
+    """Read a long-poll timeout: 0..60000 ms, default 0."""
+    if value is None:
+        return 0
+    result = finite(value, "timeout")
+    at_least(result, 0, "timeout")
+    return at_most(result, MAX_POLL_MS, "timeout")
+
+
+def lock_ttl(value: Any) -> float | int:
+    """Read `lockTtl`: any finite number, default 30000 (checked before any claim)."""
+    return DEFAULT_LOCK_TTL_MS if value is None else finite(value, "lockTtl")
+
+
+class Pull(Command, tag="PULL"):
+    """Claim the next ready job, optionally waiting and optionally with a lease."""
+
+    queue: Any = None
+    timeout: Any = None
+    owner: Any = None
+    lockTtl: Any = None
+    detach: Any = None
+    group: Any = None
+
+    def __post_init__(self) -> None:
+        self.queue = queue_name(self.queue)
+        self.timeout = poll_timeout(self.timeout)
+        self.owner = optional_str(self.owner, "owner") or None
+        self.lockTtl = lock_ttl(self.lockTtl)
+        self.detach = flag(self.detach, "detach")
+
+
+class PullBatch(Pull, tag="PULLB"):
+    """Claim up to `count` ready jobs."""
+
+    count: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.count is None:
+            raise CommandError("count is required")
+        count = finite(self.count, "count")
+        at_least(count, 1, "count")
+        self.count = int(at_most(count, MAX_PULL_BATCH, "count"))
+
+
+class Ack(Command, tag="ACK"):
+    """Complete an active job, storing its result."""
+
+    id: Any = None
+    result: msgspec.Raw = NO_DATA
+    token: Any = None
+    removeOnComplete: Any = None
+
+    def __post_init__(self) -> None:
+        self.id = required_str(self.id, "id")
+        self.result = raw_or_none(self.result)
+        self.token = optional_str(self.token, "token")
+        self.removeOnComplete = flag(self.removeOnComplete, "removeOnComplete")
+
+
+class AckBatch(Command, tag="ACKB"):
+    """Complete many active jobs; every token is checked before anything changes."""
+
+    ids: Any = None
+    results: list[msgspec.Raw] | None = None
+    tokens: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ids, list) or not all(isinstance(i, str) for i in self.ids):
+            raise CommandError("ids must be an array of strings")
+        if self.results is not None:
+            if len(self.results) != len(self.ids):
+                raise CommandError("ACKB results length must match ids length")
+            self.results = [raw_or_none(item) for item in self.results]
+        if self.tokens is not None:
+            if not isinstance(self.tokens, list) or len(self.tokens) != len(self.ids):
+                raise CommandError("ACKB tokens length must match ids length")
+            for token in self.tokens:
+                optional_str(token, "tokens[]")
+
+
+class Fail(Command, tag="FAIL"):
+    """Fail an active job: retry with backoff, or move it to the dead-letter queue."""
+
+    id: Any = None
+    error: Any = None
+    stack: Any = None
+    unrecoverable: Any = None
+    token: Any = None
+    removeOnFail: Any = None
+
+    def __post_init__(self) -> None:
+        self.id = required_str(self.id, "id")
+        if self.error is not None and not isinstance(self.error, str):
+            self.error = str(self.error)
+        if self.stack is not None:
+            if not isinstance(self.stack, list):
+                raise CommandError("stack must be an array of strings")
+            self.stack = [line if isinstance(line, str) else str(line) for line in self.stack]
+        self.unrecoverable = flag(self.unrecoverable, "unrecoverable")
+        self.token = optional_str(self.token, "token")
+        self.removeOnFail = flag(self.removeOnFail, "removeOnFail")
+
+
+class JobQuery(Command):
+    """A command that names one job by `id`."""
+
+    id: Any = None
+
+    def __post_init__(self) -> None:
+        self.id = required_str(self.id, "id")
+
+
+class GetJob(JobQuery, tag="GetJob"):
+    """Read a job with its state, result and failure reason."""
+
+
+class GetState(JobQuery, tag="GetState"):
+    """Read a job's state (`unknown` when not found)."""
+
+
+class GetResult(JobQuery, tag="GetResult"):
+    """Read a completed job's result."""
+
+
+class QueueQuery(Command):
+    """A command that names one queue."""
+
+    queue: Any = None
+
+    def __post_init__(self) -> None:
+        self.queue = queue_name(self.queue)
+
+
+class GetJobCounts(QueueQuery, tag="GetJobCounts"):
+    """Count a queue's jobs by state."""
+
+
+class Count(QueueQuery, tag="Count"):
+    """Count a queue's waiting, prioritized and delayed jobs."""
+
+
+def optional_finite(value: Any, field: str) -> float | int | None:
+    """Read an optional finite number."""
+    return None if value is None else finite(value, field)
+
+
+class JobHeartbeat(Command, tag="JobHeartbeat"):
+    """A worker says an active job is alive; with its token the lease is renewed."""
+
+    id: Any = None
+    token: Any = None
+    duration: Any = None
+
+    def __post_init__(self) -> None:
+        self.id = required_str(self.id, "id")
+        self.token = optional_str(self.token, "token")
+        self.duration = optional_finite(self.duration, "duration")
+
+
+class JobHeartbeatB(Command, tag="JobHeartbeatB"):
+    """JobHeartbeat for many jobs (positional `ids` and `tokens`)."""
+
+    ids: Any = None
+    tokens: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ids, list) or not all(isinstance(i, str) for i in self.ids):
+            raise CommandError("ids must be an array of strings")
+        if self.tokens is not None and not isinstance(self.tokens, list):
+            raise CommandError("tokens must be an array")
+
+
+class RegisterWorker(Command, tag="RegisterWorker"):
+    """A worker announces itself (an upsert by `workerId`, else by `name`)."""
+
+    name: Any = None
+    queues: Any = None
+    concurrency: Any = None
+    workerId: Any = None
+    hostname: Any = None
+    pid: Any = None
+    startedAt: Any = None
+
+    def __post_init__(self) -> None:
+        self.name = required_str(self.name, "name")
+        self.queues = str_list(self.queues, "queues")
+        self.concurrency = optional_finite(self.concurrency, "concurrency") or 1
+        self.workerId = optional_str(self.workerId, "workerId") or None
+        self.hostname = optional_str(self.hostname, "hostname")
+        self.pid = optional_finite(self.pid, "pid")
+
+
+class UnregisterWorker(Command, tag="UnregisterWorker"):
+    """A worker leaves."""
+
+    workerId: Any = None
+
+    def __post_init__(self) -> None:
+        self.workerId = required_str(self.workerId, "workerId")
+
+
+class Heartbeat(Command, tag="Heartbeat"):
+    """A worker reports it is alive (`id` is the worker id)."""
+
+    id: Any = None
+    activeJobs: Any = None
+    processed: Any = None
+    failed: Any = None
+
+    def __post_init__(self) -> None:
+        self.id = required_str(self.id, "id")
+        for field in ("activeJobs", "processed", "failed"):
+            setattr(self, field, optional_finite(getattr(self, field), field))
+
+
+class ListWorkers(Command, tag="ListWorkers"):
+    """List registered workers."""
+
+
+WIRE_COMMANDS: tuple[type[msgspec.Struct], ...] = (
+    Hello,
+    Auth,
+    Ping,
+    Push,
+    PushBatch,
+    Pull,
+    PullBatch,
+    Ack,
+    AckBatch,
+    Fail,
+    GetJob,
+    GetState,
+    GetResult,
+    GetJobCounts,
+    Count,
+    JobHeartbeat,
+    JobHeartbeatB,
+    RegisterWorker,
+    UnregisterWorker,
+    Heartbeat,
+    ListWorkers,
+)
+COMMAND_NAMES = frozenset(
+    msgspec.inspect.type_info(cls).tag for cls in WIRE_COMMANDS  # type: ignore[attr-defined]
+)

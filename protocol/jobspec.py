@@ -1,0 +1,251 @@
+"""The options of a new job, shared by PUSH, the items of PUSHB and (later) PUSHF.
+
+`JobFields.__post_init__` turns the wire values into normalised ones in place, with the seed's
+rules and texts: numeric strings count, durations are clamped, `maxAttempts` of 1 or less runs
+once, fractions round up, Infinity becomes 2,147,483,647, negative `delay` means ready at once.
+`data` stays raw MessagePack bytes (`msgspec.Raw`): the payload is never decoded, only measured
+and handed back verbatim, which is both faster and exactly "untouched".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from .errors import CommandError
+from .values import (
+    MAX_DATA_BYTES,
+    MAX_DURATION_MS,
+    MAX_INT32,
+    MAX_SAFE_INTEGER,
+    at_least,
+    at_most,
+    duration,
+    finite,
+    flag,
+    integer,
+    number,
+    optional_str,
+    str_list,
+    tidy_number,
+)
+
+NO_DATA = msgspec.Raw()
+JS_UNDEFINED = b"\xd4\x00\x00"
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_BACKOFF_MS = 1000
+MAX_BACKOFF_DELAY_MS = 86_400_000
+DEFAULT_STACK_TRACE_LIMIT = 10
+MAX_GROUP_PRIORITY = 2_097_151
+
+_decode_any = msgspec.msgpack.Decoder().decode
+_encode = msgspec.msgpack.Encoder().encode
+
+
+def max_attempts(value: Any) -> int:
+    """Apply the seed's maxAttempts rule: ≤1 runs once, fractions round up, Infinity is 2^31-1."""
+    if value is None:
+        return DEFAULT_MAX_ATTEMPTS
+    result = number(value, "maxAttempts")
+    if result != result:  # NaN
+        raise CommandError("maxAttempts must be a finite number")
+    if result <= 1:
+        return 1
+    if result >= MAX_INT32:
+        return MAX_INT32
+    return math.ceil(result)
+
+
+def backoff_options(value: Any) -> tuple[float | int, dict[str, Any] | None]:
+    """Read `backoff` as a number or `{type, delay?, maxDelay?}`; returns (base, config)."""
+    if value is None:
+        return DEFAULT_BACKOFF_MS, None
+    if not isinstance(value, dict):
+        base = duration(value, "backoff", minimum=0)
+        return base, None
+    kind = "fixed" if value.get("type") == "fixed" else "exponential"
+    delay = value.get("delay")
+    base = DEFAULT_BACKOFF_MS if delay is None else duration(delay, "backoff.delay", minimum=0)
+    config: dict[str, Any] = {"type": kind, "delay": base}
+    if value.get("maxDelay") is not None:
+        cap = finite(value["maxDelay"], "backoff.maxDelay")
+        at_least(cap, 0, "backoff.maxDelay")
+        at_most(cap, MAX_BACKOFF_DELAY_MS, "backoff.maxDelay")
+        config["maxDelay"] = cap
+    return base, config
+
+
+def optional_finite(value: Any, field: str) -> float | int | None:
+    """Read an optional finite number."""
+    return None if value is None else finite(value, field)
+
+
+def repeat_options(value: Any) -> dict[str, Any] | None:
+    """Validate `repeat`; numbers finite, `every` positive; returned normalised."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise CommandError("repeat must be an object")
+    result: dict[str, Any] = {"count": 0}
+    for key in ("limit", "count", "startDate", "endDate"):
+        if value.get(key) is not None:
+            result[key] = finite(value[key], f"repeat.{key}")
+    if value.get("every") is not None:
+        every = duration(value["every"], "repeat.every")
+        if every <= 0:
+            raise CommandError("repeat.every must be greater than 0")
+        result["every"] = every
+    for key in ("pattern", "tz"):
+        if value.get(key) is not None:
+            result[key] = optional_str(value[key], f"repeat.{key}")
+    if value.get("immediately") is not None:
+        result["immediately"] = flag(value["immediately"], "repeat.immediately")
+    return result
+
+
+def dedup_options(value: Any) -> tuple[float | int | None, bool, bool]:
+    """Read `dedup: {ttl?, extend?, replace?}`."""
+    if value is None:
+        return None, False, False
+    if not isinstance(value, dict):
+        raise CommandError("dedup must be an object")
+    ttl = value.get("ttl")
+    ttl = None if ttl is None else duration(ttl, "dedup.ttl")
+    return ttl, flag(value.get("extend"), "dedup.extend"), flag(value.get("replace"), "dedup.replace")
+
+
+def hoist_name(data: bytes) -> tuple[str | None, bytes]:
+    """Older SDKs put the job name in `data.name`; move it out when the job has no name."""
+    if not data or not (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):
+        return None, data
+    payload = _decode_any(data)
+    name = payload.get("name") if isinstance(payload, dict) else None
+    if not isinstance(name, str):
+        return None, data
+    del payload["name"]
+    return name, _encode(payload)
+
+
+class JobFields(msgspec.Struct, kw_only=True):
+    """Every option a new job may carry; normalised in place by `__post_init__`."""
+
+    name: Any = None
+    data: msgspec.Raw = NO_DATA
+    priority: Any = None
+    delay: Any = None
+    maxAttempts: Any = None
+    backoff: Any = None
+    ttl: Any = None
+    timeout: Any = None
+    uniqueKey: Any = None
+    dependsOn: Any = None
+    tags: Any = None
+    groupId: Any = None
+    groupMaxSize: Any = None
+    lifo: Any = None
+    removeOnComplete: Any = None
+    removeOnFail: Any = None
+    durable: Any = None
+    repeat: Any = None
+    parentId: Any = None
+    childrenIds: Any = None
+    failParentOnFailure: Any = None
+    removeDependencyOnFailure: Any = None
+    ignoreDependencyOnFailure: Any = None
+    continueParentOnFailure: Any = None
+    stallTimeout: Any = None
+    stackTraceLimit: Any = None
+    keepLogs: Any = None
+    sizeLimit: Any = None
+    dedup: Any = None
+    debounceId: Any = None
+    debounceTtl: Any = None
+    timestamp: Any = None
+
+    # Filled in by normalisation (not wire fields).
+    backoffConfig: Any = None
+
+    def __post_init__(self) -> None:
+        self._check_data()
+        self._check_numbers()
+        self._check_strings_and_flags()
+
+    def _check_data(self) -> None:
+        raw = bytes(self.data)
+        if not raw or raw == JS_UNDEFINED:
+            raise CommandError("data is required")
+        if len(raw) > MAX_DATA_BYTES:
+            raise CommandError("Job data too large (max 10MB)")
+        name = optional_str(self.name, "name")
+        if name is None:
+            name, raw = hoist_name(raw)
+        self.name = name if name is not None else "default"
+        self.data = raw
+
+    def _check_numbers(self) -> None:
+        self.groupId = optional_str(self.groupId, "groupId")
+        self.priority = self._priority()
+        delay = self.delay
+        self.delay = 0 if delay is None else duration(delay, "delay")
+        self.maxAttempts = max_attempts(self.maxAttempts)
+        self.backoff, self.backoffConfig = backoff_options(self.backoff)
+        ttl, timeout = self.ttl, self.timeout
+        self.ttl = None if ttl is None else duration(ttl, "ttl", minimum=0)
+        self.timeout = None if timeout is None else duration(timeout, "timeout", minimum=0)
+        if self.groupMaxSize is not None:
+            size = integer(self.groupMaxSize, "groupMaxSize")
+            if not 0 < size <= MAX_SAFE_INTEGER:
+                raise CommandError("groupMaxSize must be a positive safe integer")
+            self.groupMaxSize = size
+        self.stallTimeout = optional_finite(self.stallTimeout, "stallTimeout")
+        limit = optional_finite(self.stackTraceLimit, "stackTraceLimit")
+        self.stackTraceLimit = DEFAULT_STACK_TRACE_LIMIT if limit is None else limit
+        self.keepLogs = optional_finite(self.keepLogs, "keepLogs")
+        self.sizeLimit = optional_finite(self.sizeLimit, "sizeLimit")
+        self.debounceTtl = optional_finite(self.debounceTtl, "debounceTtl")
+        if self.timestamp is not None:
+            stamp = finite(self.timestamp, "timestamp")
+            if abs(stamp) > MAX_DURATION_MS:
+                raise CommandError(
+                    "timestamp must be between -4320000000000000 and 4320000000000000"
+                )
+            self.timestamp = stamp
+        self.repeat = repeat_options(self.repeat)
+
+    def _priority(self) -> float | int:
+        if self.priority is None:
+            return 0
+        value = finite(self.priority, "priority")
+        if self.groupId is None:
+            return value
+        if not isinstance(value, int):
+            raise CommandError("priority must be an integer when groupId is set")
+        at_least(value, 0, "priority")
+        at_most(value, MAX_GROUP_PRIORITY, "priority")
+        return value
+
+    def _check_strings_and_flags(self) -> None:
+        self.uniqueKey = optional_str(self.uniqueKey, "uniqueKey")
+        self.parentId = optional_str(self.parentId, "parentId")
+        self.debounceId = optional_str(self.debounceId, "debounceId")
+        self.dependsOn = str_list(self.dependsOn, "dependsOn")
+        self.tags = str_list(self.tags, "tags")
+        self.childrenIds = str_list(self.childrenIds, "childrenIds")
+        for field in (
+            "lifo",
+            "removeOnComplete",
+            "removeOnFail",
+            "durable",
+            "failParentOnFailure",
+            "removeDependencyOnFailure",
+            "ignoreDependencyOnFailure",
+            "continueParentOnFailure",
+        ):
+            setattr(self, field, flag(getattr(self, field), field))
+        ttl, extend, replace = dedup_options(self.dedup)
+        self.dedup = {"ttl": ttl, "extend": extend, "replace": replace}
+
+
+__all__ = ["JobFields", "tidy_number"]

@@ -1,0 +1,139 @@
+"""Value rules shared by every command: numbers, strings, booleans, queue names.
+
+The seed's rules for numbers are permissive and exact: a numeric string counts as its number,
+integers may arrive as floats (msgpackr sends every integer beyond 32 bits as float64), and an
+error names the field (`delay must be a finite number`). Each helper here raises CommandError with
+that text, so a command's validation reads as a list of one-line rules.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from .errors import CommandError
+
+MAX_DURATION_MS = 4_320_000_000_000_000.0
+MAX_SAFE_INTEGER = 2**53 - 1
+MAX_INT32 = 2_147_483_647
+MAX_QUEUE_NAME = 256
+MAX_DATA_BYTES = 10 * 1024 * 1024
+
+_NUMERIC_TEXT = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*|\s*[+-]?Infinity\s*")
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_\-.:]+")
+
+
+def tidy_number(value: float) -> float | int:
+    """Return whole floats within the safe-integer range as ints, other numbers unchanged."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+        return int(value)
+    return value
+
+
+def number(value: Any, field: str) -> float | int:
+    """Read a number (int, float or numeric string); NaN and infinities pass through.
+
+    Raises CommandError(`<field> must be a number`) for anything else, booleans included.
+    """
+    if isinstance(value, bool):
+        raise CommandError(f"{field} must be a number")
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, str) and _NUMERIC_TEXT.fullmatch(value):
+        return float(value.strip().replace("Infinity", "inf"))
+    raise CommandError(f"{field} must be a number")
+
+
+def finite(value: Any, field: str) -> float | int:
+    """Read a finite number; NaN and infinities fail with `<field> must be a finite number`."""
+    result = number(value, field)
+    if isinstance(result, float) and not math.isfinite(result):
+        raise CommandError(f"{field} must be a finite number")
+    return tidy_number(result)
+
+
+def at_least(value: float, minimum: float, field: str) -> float:
+    """Check a lower bound with the seed's wording."""
+    if value < minimum:
+        raise CommandError(f"{field} must be at least {minimum:g}")
+    return value
+
+
+def at_most(value: float, maximum: float, field: str) -> float:
+    """Check an upper bound with the seed's wording."""
+    if value > maximum:
+        raise CommandError(f"{field} must be at most {maximum:g}")
+    return value
+
+
+def clamp_duration(value: float | int) -> float | int:
+    """Clamp a duration in ms to ±4.32e15 (about 136,900 years), as the seed says."""
+    if value > MAX_DURATION_MS:
+        return int(MAX_DURATION_MS)
+    if value < -MAX_DURATION_MS:
+        return -int(MAX_DURATION_MS)
+    return value
+
+
+def duration(value: Any, field: str, *, minimum: float | None = None) -> float | int:
+    """Read a finite duration in ms, optionally bounded below, clamped to ±4.32e15."""
+    result = finite(value, field)
+    if minimum is not None:
+        at_least(result, minimum, field)
+    return clamp_duration(result)
+
+
+def integer(value: Any, field: str) -> int:
+    """Read a finite number that must be whole."""
+    result = finite(value, field)
+    if not isinstance(result, int):
+        raise CommandError(f"{field} must be an integer")
+    return result
+
+
+def optional_str(value: Any, field: str) -> str | None:
+    """Read an optional string."""
+    if value is None or isinstance(value, str):
+        return value
+    raise CommandError(f"{field} must be a string")
+
+
+def required_str(value: Any, field: str) -> str:
+    """Read a required, non-empty string (`<field> is required`)."""
+    if value is None or value == "":
+        raise CommandError(f"{field} is required")
+    if not isinstance(value, str):
+        raise CommandError(f"{field} must be a string")
+    return value
+
+
+def flag(value: Any, field: str) -> bool:
+    """Read an optional boolean; absent is False."""
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    raise CommandError(f"{field} must be a boolean")
+
+
+def str_list(value: Any, field: str) -> list[str]:
+    """Read an optional array of strings; absent is empty."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise CommandError(f"{field} must be an array of strings")
+    return value
+
+
+def queue_name(value: Any) -> str:
+    """Check a queue name: 1..256 characters of letters, digits, `_`, `-`, `.` and `:`."""
+    if value is None or value == "":
+        raise CommandError("Queue name is required")
+    if not isinstance(value, str):
+        raise CommandError("Queue name must be a string")
+    if len(value) > MAX_QUEUE_NAME:
+        raise CommandError(f"Queue name too long (max {MAX_QUEUE_NAME} characters)")
+    if not _QUEUE_NAME.fullmatch(value):
+        raise CommandError("Queue name contains invalid characters")
+    return value
