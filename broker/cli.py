@@ -18,7 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the broker")
     defaults = Config()
-    serve.add_argument("--host", default=defaults.host, help="address to bind (default %(default)s)")
+    serve.add_argument(
+        "--host", default=defaults.host, help="address to bind (default %(default)s)"
+    )
     serve.add_argument("--port", type=int, default=defaults.port, help="TCP port (0 picks one)")
     serve.add_argument(
         "--http-port",

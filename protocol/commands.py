@@ -168,7 +168,7 @@ class Ack(Command, tag="ACK"):
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
-        self.result = raw_or_none(self.result)
+        self.result = raw_or_none(self.result)  # type: ignore[assignment]  # bytes | None
         self.token = optional_str(self.token, "token")
         self.removeOnComplete = flag(self.removeOnComplete, "removeOnComplete")
 
@@ -186,7 +186,7 @@ class AckBatch(Command, tag="ACKB"):
         if self.results is not None:
             if len(self.results) != len(self.ids):
                 raise CommandError("ACKB results length must match ids length")
-            self.results = [raw_or_none(item) for item in self.results]
+            self.results = [raw_or_none(item) for item in self.results]  # type: ignore[misc]
         if self.tokens is not None:
             if not isinstance(self.tokens, list) or len(self.tokens) != len(self.ids):
                 raise CommandError("ACKB tokens length must match ids length")
@@ -356,6 +356,4 @@ WIRE_COMMANDS: tuple[type[msgspec.Struct], ...] = (
     Heartbeat,
     ListWorkers,
 )
-COMMAND_NAMES = frozenset(
-    msgspec.inspect.type_info(cls).tag for cls in WIRE_COMMANDS  # type: ignore[attr-defined]
-)
+COMMAND_NAMES = frozenset(cls.__struct_config__.tag for cls in WIRE_COMMANDS)

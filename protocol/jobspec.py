@@ -113,7 +113,11 @@ def dedup_options(value: Any) -> tuple[float | int | None, bool, bool]:
         raise CommandError("dedup must be an object")
     ttl = value.get("ttl")
     ttl = None if ttl is None else duration(ttl, "dedup.ttl")
-    return ttl, flag(value.get("extend"), "dedup.extend"), flag(value.get("replace"), "dedup.replace")
+    return (
+        ttl,
+        flag(value.get("extend"), "dedup.extend"),
+        flag(value.get("replace"), "dedup.replace"),
+    )
 
 
 def hoist_name(data: bytes) -> tuple[str | None, bytes]:
@@ -182,7 +186,7 @@ class JobFields(msgspec.Struct, kw_only=True):
         if name is None:
             name, raw = hoist_name(raw)
         self.name = name if name is not None else "default"
-        self.data = raw
+        self.data = raw  # type: ignore[assignment]  # normalised: plain bytes
 
     def _check_numbers(self) -> None:
         self.groupId = optional_str(self.groupId, "groupId")

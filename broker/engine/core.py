@@ -246,7 +246,7 @@ class Engine:
         """ACKB: every job and token checked before any job completes."""
         ids: list[str] = command.ids
         tokens = command.tokens or [None] * len(ids)
-        results = command.results or [None] * len(ids)
+        results: list[Any] = command.results or [None] * len(ids)
         seen: set[str] = set()
         for job_id, token in zip(ids, tokens, strict=True):
             if job_id not in seen:
@@ -262,7 +262,10 @@ class Engine:
                 continue
             self.state.complete(job, now, result, job.remove_on_complete)  # type: ignore[arg-type]
         if ignored_ids:
-            return {"ok": True, "data": {"ignoredIds": ignored_ids, "ignoredIndices": ignored_indices}}
+            return {
+                "ok": True,
+                "data": {"ignoredIds": ignored_ids, "ignoredIndices": ignored_indices},
+            }
         return OK
 
     def fail(self, session: Any, command: cmd.Fail, now: float) -> Reply:

@@ -41,6 +41,7 @@ class QueueState:
     def push_ready(self, job: Job, seq: int) -> None:
         """Put a ready job on the heap under a fresh sequence number."""
         job.ready_seq = seq
+        entry: tuple[Any, ...]
         if job.lifo:
             entry = (-job.priority, 0, -seq, seq, job)
         else:

@@ -234,7 +234,10 @@ class EngineState:
                 if job.state == DELAYED and job.timer_token == timer.token:
                     self.make_ready(job)
             elif timer.kind == LEASE:
-                if job.state == ACTIVE and job.lock_token == timer.token:
+                # A renewed lease leaves its earlier timers behind: only the current
+                # expiry counts.
+                current = job.state == ACTIVE and job.lock_token == timer.token
+                if current and now >= job.lock_expires_at:
                     self._lease_expired(job, now)
             elif timer.kind == POLL:
                 expired_polls.append(timer.target)

@@ -78,7 +78,7 @@ class Connection:
             if not chunk:
                 return
             try:
-                payloads = self.decoder.feed(chunk)
+                payloads = self.decoder.feed(bytes(chunk))
             except FrameTooLarge as exc:
                 self.session.reply_now({"ok": False, "error": str(exc)}, None)
                 return
@@ -153,15 +153,19 @@ class TcpServer:
     async def run(self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED):
         """Listen on host:port (port 0 picks one); reports the listeners once bound."""
         listeners = await trio.open_tcp_listeners(port, host=host)
-        async with trio.open_nursery() as handlers:
-            self._handlers = handlers
-            with self._accepting:
-                async with trio.open_nursery() as accept:
-                    for listener in listeners:
-                        accept.start_soon(self._accept_loop, listener)
-                    task_status.started(listeners)
+        try:
+            async with trio.open_nursery() as handlers:
+                self._handlers = handlers
+                with self._accepting:
+                    async with trio.open_nursery() as accept:
+                        for listener in listeners:
+                            accept.start_soon(self._accept_loop, listener)
+                        task_status.started(listeners)
+                for listener in listeners:
+                    listener.socket.close()
+        finally:
             for listener in listeners:
-                await listener.aclose()
+                listener.socket.close()
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
         """Serve one already-connected stream (used for sockets and for in-memory tests)."""
@@ -191,7 +195,7 @@ class TcpServer:
     async def close_connections(self, grace_s: float) -> None:
         """Let in-flight replies finish (at most `grace_s`), then close every connection."""
         with trio.move_on_after(grace_s):
-            while any(c.session.in_flight for c in self.connections):
-                await trio.sleep(0.01)
+            for connection in list(self.connections):
+                await connection.session.wait_flushed()
         if self._handlers is not None:
             self._handlers.cancel_scope.cancel()

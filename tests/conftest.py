@@ -1,0 +1,80 @@
+"""Shared fixtures: an in-process broker on memory streams, and a real one in a subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pytest
+import trio
+import trio.testing
+
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from tests.support.client import FrameClient
+
+EPOCH_MS = 1_800_000_000_000.0
+
+Connect = Callable[[], Awaitable[FrameClient]]
+
+
+async def start_app(nursery: trio.Nursery, config: Config | None = None) -> App:
+    """Start an App on port 0 with a clock pinned to EPOCH_MS at the current Trio time."""
+    app = App(config or Config(port=0), clock=Clock(EPOCH_MS))
+    await nursery.start(app.run)
+    return app
+
+
+def memory_connector(app: App, nursery: trio.Nursery) -> Connect:
+    """Returns a function that opens an in-memory connection to `app`."""
+
+    async def connect() -> FrameClient:
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        assert app.tcp is not None
+        nursery.start_soon(app.tcp.serve_stream, server_stream)
+        return FrameClient(client_stream)
+
+    return connect
+
+
+@pytest.fixture
+async def app(nursery: trio.Nursery) -> AsyncIterator[App]:
+    """A broker running in this test's Trio run (use with autojump_clock for timers)."""
+    app = await start_app(nursery)
+    yield app
+    app.shutdown()
+
+
+@pytest.fixture
+async def connect(app: App, nursery: trio.Nursery) -> Connect:
+    """Open in-memory client connections to the `app` broker."""
+    return memory_connector(app, nursery)
+
+
+@pytest.fixture
+async def client(connect: Connect) -> FrameClient:
+    """One in-memory client connection."""
+    return await connect()
+
+
+@pytest.fixture(scope="session")
+def broker_address() -> Iterator[tuple[str, int]]:
+    """A real trioq process (memory mode) on 127.0.0.1 and a free port."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "broker", "serve", "--port", "0", "--http-port", "0", "--memory"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "listening on tcp" in line, f"broker did not start: {line!r}"
+        host, port = line.rsplit(" ", 1)[1].strip().rsplit(":", 1)
+        yield host, int(port)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()

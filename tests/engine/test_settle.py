@@ -1,0 +1,209 @@
+"""ACK, ACKB, FAIL, leases and connection release (in-memory connections, MockClock)."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from tests.conftest import Connect
+from tests.engine.test_push_pull import push, state_of
+from tests.support.client import FrameClient
+
+
+async def lease(client: FrameClient, queue: str = "q", ttl: float = 30000) -> tuple[str, str]:
+    reply = await client.call("PULL", queue=queue, owner="w", lockTtl=ttl)
+    return reply["job"]["id"], reply["token"]
+
+
+async def get_job(client: FrameClient, job_id: str) -> dict:
+    return (await client.call("GetJob", id=job_id))["job"]
+
+
+async def test_ack_stores_the_result(client: FrameClient) -> None:
+    job_id = await push(client)
+    await client.call("PULL", queue="q")
+    assert (await client.call("ACK", id=job_id, result={"n": 1}))["ok"] is True
+    job = await get_job(client, job_id)
+    assert (job["state"], job["returnvalue"]) == ("completed", {"n": 1})
+    assert job["completedAt"] is not None
+
+
+async def test_ack_of_a_job_that_is_not_active_fails(client: FrameClient) -> None:
+    job_id = await push(client)
+    reply = await client.call("ACK", id=job_id)
+    assert reply["error"] == f"Job not found or not in processing state: {job_id}"
+    assert await state_of(client, job_id) == "waiting"
+
+
+async def test_leased_job_needs_its_token(client: FrameClient) -> None:
+    await push(client)
+    job_id, token = await lease(client)
+    missing = await client.call("ACK", id=job_id)
+    assert missing["error"] == f"Lock token required for job {job_id}"
+    wrong = await client.call("ACK", id=job_id, token="nope")
+    assert wrong["error"] == f"Invalid or expired lock token for job {job_id}"
+    assert await state_of(client, job_id) == "active"
+    assert (await client.call("ACK", id=job_id, token=token))["ok"] is True
+
+
+async def test_remove_on_complete_forgets_the_job(client: FrameClient) -> None:
+    kept = await push(client)
+    by_option = await push(client, removeOnComplete=True)
+    by_call = await push(client)
+    await client.call("PULLB", queue="q", count=3)
+    await client.call("ACK", id=kept)
+    await client.call("ACK", id=by_option)
+    await client.call("ACK", id=by_call, removeOnComplete=True)
+    states = [await state_of(client, i) for i in (kept, by_option, by_call)]
+    assert states == ["completed", "unknown", "unknown"]
+
+
+async def test_ackb_checks_every_token_before_changing_anything(client: FrameClient) -> None:
+    for _ in range(3):
+        await push(client)
+    reply = await client.call("PULLB", queue="q", count=3, owner="w")
+    ids = [job["id"] for job in reply["jobs"]]
+    bad = await client.call("ACKB", ids=ids, tokens=[*reply["tokens"][:2], "wrong"])
+    assert bad["error"] == f"Invalid or expired lock token for job {ids[2]}"
+    assert [await state_of(client, i) for i in ids] == ["active"] * 3
+    good = await client.call("ACKB", ids=ids, tokens=reply["tokens"], results=[1, 2, 3])
+    assert good == {"ok": True, "reqId": good["reqId"]}
+    assert [(await client.call("GetResult", id=i))["result"] for i in ids] == [1, 2, 3]
+
+
+async def test_ackb_with_a_missing_job_changes_nothing(client: FrameClient) -> None:
+    job_id = await push(client)
+    await client.call("PULL", queue="q")
+    reply = await client.call("ACKB", ids=[job_id, "ghost"])
+    assert reply["error"] == "Job not found or not in processing state: ghost"
+    assert await state_of(client, job_id) == "active"
+
+
+async def test_ackb_reports_repeated_ids_as_ignored(client: FrameClient) -> None:
+    job_id = await push(client)
+    await client.call("PULL", queue="q")
+    reply = await client.call("ACKB", ids=[job_id, job_id])
+    assert reply["data"] == {"ignoredIds": [job_id], "ignoredIndices": [1]}
+    assert await state_of(client, job_id) == "completed"
+
+
+async def test_fail_retries_with_exponential_backoff(client: FrameClient, autojump_clock) -> None:
+    job_id = await push(client, maxAttempts=3, backoff=1000)
+    await client.call("PULL", queue="q")
+    for attempt, expected_ms in ((1, 1000), (2, 2000)):
+        failed_at = trio.current_time()
+        await client.call("FAIL", id=job_id, error="boom")
+        job = await get_job(client, job_id)
+        assert (job["state"], job["attempts"], job["failedReason"]) == ("delayed", attempt, "boom")
+        reply = await client.call("PULL", queue="q", timeout=60000)
+        assert reply["job"]["id"] == job_id
+        assert round((trio.current_time() - failed_at) * 1000) == expected_ms
+    await client.call("FAIL", id=job_id, error="boom")
+    job = await get_job(client, job_id)
+    assert (job["state"], job["attempts"]) == ("failed", 3)
+
+
+async def retry_delays(client: FrameClient, queue: str, job_id: str, times: int) -> list[int]:
+    """FAIL the job `times` times, returning each wait before it was ready again (ms)."""
+    delays = []
+    await client.call("PULL", queue=queue)
+    for _ in range(times):
+        failed_at = trio.current_time()
+        await client.call("FAIL", id=job_id)
+        reply = await client.call("PULL", queue=queue, timeout=60000)
+        while reply["job"] is None:  # a long backoff outlasts one long poll
+            reply = await client.call("PULL", queue=queue, timeout=60000)
+        assert reply["job"]["id"] == job_id
+        delays.append(round((trio.current_time() - failed_at) * 1000))
+    return delays
+
+
+async def test_fixed_backoff_waits_the_same_each_time(client: FrameClient, autojump_clock) -> None:
+    job_id = await push(client, backoff={"type": "fixed", "delay": 500}, maxAttempts=5)
+    assert await retry_delays(client, "q", job_id, 3) == [500, 500, 500]
+
+
+async def test_max_delay_caps_the_backoff(client: FrameClient, autojump_clock) -> None:
+    job_id = await push(client, backoff={"delay": 10_000, "maxDelay": 15_000}, maxAttempts=9)
+    assert await retry_delays(client, "q", job_id, 3) == [10_000, 15_000, 15_000]
+
+
+async def test_backoff_is_capped_at_one_hour(client: FrameClient, autojump_clock) -> None:
+    job_id = await push(client, backoff=2_000_000, maxAttempts=9)
+    assert await retry_delays(client, "q", job_id, 2) == [2_000_000, 3_600_000]
+
+
+async def test_fail_after_max_attempts_goes_to_failed_with_stack(client: FrameClient) -> None:
+    job_id = await push(client, maxAttempts=1, stackTraceLimit=2)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="bad", stack=["a", "b", "c"])
+    job = await get_job(client, job_id)
+    assert (job["state"], job["failedReason"], job["stacktrace"]) == ("failed", "bad", ["a", "b"])
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert counts["failed"] == 1
+
+
+async def test_unrecoverable_skips_retries_and_remove_on_fail_forgets(client: FrameClient) -> None:
+    unrecoverable = await push(client, maxAttempts=5)
+    removed = await push(client, maxAttempts=1, removeOnFail=True)
+    await client.call("PULLB", queue="q", count=2)
+    await client.call("FAIL", id=unrecoverable, unrecoverable=True)
+    await client.call("FAIL", id=removed)
+    assert await state_of(client, unrecoverable) == "failed"
+    assert await state_of(client, removed) == "unknown"
+
+
+async def test_expired_lease_requeues_then_fails_after_three(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client)
+    for stall in (1, 2):
+        pulled, token = await lease(client, ttl=1000)
+        assert pulled == job_id
+        await trio.sleep(1.001)
+        job = await get_job(client, job_id)
+        assert (job["state"], job["stallCount"], job["attempts"]) == ("waiting", stall, stall)
+        late = await client.call("ACK", id=job_id, token=token)
+        assert late["ok"] is False
+    await lease(client, ttl=1000)
+    await trio.sleep(1.001)
+    assert await state_of(client, job_id) == "failed"
+
+
+async def test_job_heartbeat_renews_the_lease(client: FrameClient, autojump_clock) -> None:
+    await push(client)
+    job_id, token = await lease(client, ttl=1000)
+    for _ in range(5):
+        await trio.sleep(0.8)
+        reply = await client.call("JobHeartbeatB", ids=[job_id], tokens=[token])
+        assert reply["data"]["count"] == 1
+    assert await state_of(client, job_id) == "active"
+    assert (await client.call("ACK", id=job_id, token=token))["ok"] is True
+
+
+async def test_closing_a_connection_releases_unleased_jobs(connect: Connect) -> None:
+    producer = await connect()
+    worker = await connect()
+    plain = await push(producer)
+    detached = await push(producer)
+    leased = await push(producer)
+    await worker.call("PULL", queue="q")
+    await worker.call("PULL", queue="q", detach=True)
+    await worker.call("PULL", queue="q", owner="w")
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert await state_of(producer, plain) == "waiting"
+    job = await get_job(producer, plain)
+    assert (job["attempts"], job["startedAt"]) == (0, None)
+    assert await state_of(producer, detached) == "active"
+    assert await state_of(producer, leased) == "active"
+
+
+async def test_commands_in_flight_are_capped_at_fifty(client: FrameClient, autojump_clock) -> None:
+    polls = [
+        {"cmd": "PULL", "queue": "idle", "timeout": 10_000, "reqId": f"p{i}"} for i in range(50)
+    ]
+    await client.send(*polls, {"cmd": "Count", "queue": "idle", "reqId": "late"})
+    start = trio.current_time()
+    await client.receive_for("late")
+    assert trio.current_time() - start >= 10.0
