@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 
@@ -72,6 +73,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `trioq` console script."""
     args = build_parser().parse_args(argv)
+    # The engine holds many long-lived objects (jobs) that form no reference cycles; with the
+    # default thresholds the cyclic collector would rescan them all again and again.
+    gc.set_threshold(100_000, 50, 100)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     trio.run(serve_until_signalled, config_from_args(args))
     return 0

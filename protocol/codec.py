@@ -16,20 +16,11 @@ import msgspec
 
 from .commands import COMMAND_NAMES, WIRE_COMMANDS
 from .errors import CommandError
-
-JS_UNDEFINED_EXT = 0
-
-
-def _ext_hook(code: int, data: memoryview) -> Any:
-    """msgpackr encodes a JS `undefined` as ext type 0; it means "absent"."""
-    if code == JS_UNDEFINED_EXT:
-        return None
-    return msgspec.msgpack.Ext(code, bytes(data))
-
+from .extensions import ext_hook
 
 _AnyCommand = Union[WIRE_COMMANDS]  # type: ignore[valid-type]  # noqa: UP007
-_decode_command = msgspec.msgpack.Decoder(_AnyCommand, ext_hook=_ext_hook).decode
-_decode_any = msgspec.msgpack.Decoder(ext_hook=_ext_hook).decode
+_decode_command = msgspec.msgpack.Decoder(_AnyCommand, ext_hook=ext_hook).decode
+_decode_any = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode
 _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode
 
@@ -48,7 +39,7 @@ def decode_command(payload: bytes) -> Any:
     """Decode and validate one frame payload; never raises."""
     try:
         return _decode_command(payload)
-    except (msgspec.ValidationError, msgspec.DecodeError, CommandError):
+    except (msgspec.ValidationError, msgspec.DecodeError, CommandError, RecursionError):
         return explain_rejection(payload)
 
 
@@ -56,7 +47,8 @@ def explain_rejection(payload: bytes) -> Rejected:
     """Word the error for a payload the fast path refused (the slow, rare path)."""
     try:
         message = _decode_any(payload)
-    except (msgspec.DecodeError, ValueError):
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        # RecursionError: nesting deeper than the decoder will follow is not a command either.
         return Rejected(None, "Invalid command format")
     if not isinstance(message, dict):
         return Rejected(None, "Invalid command")
@@ -68,6 +60,8 @@ def explain_rejection(payload: bytes) -> Rejected:
         return Rejected(req_id, f"Unknown command: {cmd}")
     try:
         _decode_command(payload)
+    except RecursionError:
+        return Rejected(req_id, "Invalid command format")
     except CommandError as exc:
         return Rejected(req_id, str(exc))
     except msgspec.ValidationError as exc:

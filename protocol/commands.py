@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from .errors import CommandError
+from .extensions import ext_hook
 from .jobspec import JS_UNDEFINED, NO_DATA, JobFields
 from .values import (
     at_least,
@@ -83,7 +84,7 @@ class PushItem(JobFields):
         self.customId = optional_str(self.customId, "customId") or None
 
 
-_decode_item = msgspec.msgpack.Decoder(PushItem).decode
+_decode_item = msgspec.msgpack.Decoder(PushItem, ext_hook=ext_hook).decode
 
 
 def decode_items(raw_items: list[msgspec.Raw]) -> list[PushItem]:

@@ -48,6 +48,8 @@ def max_attempts(value: Any) -> int:
     """Apply the seed's maxAttempts rule: ≤1 runs once, fractions round up, Infinity is 2^31-1."""
     if value is None:
         return DEFAULT_MAX_ATTEMPTS
+    if value.__class__ is int and 1 <= value <= MAX_INT32:
+        return value
     result = number(value, "maxAttempts")
     if result != result:  # NaN
         raise CommandError("maxAttempts must be a finite number")
@@ -133,7 +135,10 @@ def hoist_name(data: bytes) -> tuple[str | None, bytes]:
 
 
 class JobFields(msgspec.Struct, kw_only=True):
-    """Every option a new job may carry; normalised in place by `__post_init__`."""
+    """Every option a new job may carry; normalised in place by `__post_init__`.
+
+    After normalisation numbers have their defaults; absent lists and flags stay None.
+    """
 
     name: Any = None
     data: msgspec.Raw = NO_DATA
@@ -189,26 +194,36 @@ class JobFields(msgspec.Struct, kw_only=True):
         self.data = raw  # type: ignore[assignment]  # normalised: plain bytes
 
     def _check_numbers(self) -> None:
-        self.groupId = optional_str(self.groupId, "groupId")
-        self.priority = self._priority()
-        delay = self.delay
-        self.delay = 0 if delay is None else duration(delay, "delay")
+        # Every check is guarded by `is not None`: most jobs set few options, and this runs for
+        # every job of every batch.
+        if self.groupId is not None:
+            self.groupId = optional_str(self.groupId, "groupId")
+        self.priority = 0 if self.priority is None else self._priority()
+        self.delay = 0 if self.delay is None else duration(self.delay, "delay")
         self.maxAttempts = max_attempts(self.maxAttempts)
-        self.backoff, self.backoffConfig = backoff_options(self.backoff)
-        ttl, timeout = self.ttl, self.timeout
-        self.ttl = None if ttl is None else duration(ttl, "ttl", minimum=0)
-        self.timeout = None if timeout is None else duration(timeout, "timeout", minimum=0)
+        if self.backoff is None:
+            self.backoff = DEFAULT_BACKOFF_MS
+        else:
+            self.backoff, self.backoffConfig = backoff_options(self.backoff)
+        if self.ttl is not None:
+            self.ttl = duration(self.ttl, "ttl", minimum=0)
+        if self.timeout is not None:
+            self.timeout = duration(self.timeout, "timeout", minimum=0)
         if self.groupMaxSize is not None:
             size = integer(self.groupMaxSize, "groupMaxSize")
             if not 0 < size <= MAX_SAFE_INTEGER:
                 raise CommandError("groupMaxSize must be a positive safe integer")
             self.groupMaxSize = size
-        self.stallTimeout = optional_finite(self.stallTimeout, "stallTimeout")
-        limit = optional_finite(self.stackTraceLimit, "stackTraceLimit")
-        self.stackTraceLimit = DEFAULT_STACK_TRACE_LIMIT if limit is None else limit
-        self.keepLogs = optional_finite(self.keepLogs, "keepLogs")
-        self.sizeLimit = optional_finite(self.sizeLimit, "sizeLimit")
-        self.debounceTtl = optional_finite(self.debounceTtl, "debounceTtl")
+        if self.stackTraceLimit is None:
+            self.stackTraceLimit = DEFAULT_STACK_TRACE_LIMIT
+        else:
+            self.stackTraceLimit = finite(self.stackTraceLimit, "stackTraceLimit")
+        for field in _OPTIONAL_FINITE:
+            value = getattr(self, field)
+            if value is not None:
+                setattr(self, field, finite(value, field))
+        if self.debounceTtl is not None:
+            self.debounceTtl = duration(self.debounceTtl, "debounceTtl")
         if self.timestamp is not None:
             stamp = finite(self.timestamp, "timestamp")
             if abs(stamp) > MAX_DURATION_MS:
@@ -216,11 +231,10 @@ class JobFields(msgspec.Struct, kw_only=True):
                     "timestamp must be between -4320000000000000 and 4320000000000000"
                 )
             self.timestamp = stamp
-        self.repeat = repeat_options(self.repeat)
+        if self.repeat is not None:
+            self.repeat = repeat_options(self.repeat)
 
     def _priority(self) -> float | int:
-        if self.priority is None:
-            return 0
         value = finite(self.priority, "priority")
         if self.groupId is None:
             return value
@@ -231,25 +245,41 @@ class JobFields(msgspec.Struct, kw_only=True):
         return value
 
     def _check_strings_and_flags(self) -> None:
-        self.uniqueKey = optional_str(self.uniqueKey, "uniqueKey")
-        self.parentId = optional_str(self.parentId, "parentId")
-        self.debounceId = optional_str(self.debounceId, "debounceId")
-        self.dependsOn = str_list(self.dependsOn, "dependsOn")
-        self.tags = str_list(self.tags, "tags")
-        self.childrenIds = str_list(self.childrenIds, "childrenIds")
-        for field in (
-            "lifo",
-            "removeOnComplete",
-            "removeOnFail",
-            "durable",
-            "failParentOnFailure",
-            "removeDependencyOnFailure",
-            "ignoreDependencyOnFailure",
-            "continueParentOnFailure",
-        ):
-            setattr(self, field, flag(getattr(self, field), field))
-        ttl, extend, replace = dedup_options(self.dedup)
-        self.dedup = {"ttl": ttl, "extend": extend, "replace": replace}
+        for field in _OPTIONAL_STRINGS:
+            value = getattr(self, field)
+            if value is not None and value.__class__ is not str:
+                raise CommandError(f"{field} must be a string")
+        # Absent lists and flags stay None (the domain reads None as empty / false): setting
+        # defaults here would cost a setattr per field per job.
+        for field in _STRING_LISTS:
+            value = getattr(self, field)
+            if value is not None:
+                str_list(value, field)
+        for field in _FLAGS:
+            value = getattr(self, field)
+            if value is not None and value is not True and value is not False:
+                raise CommandError(f"{field} must be a boolean")
+        if self.dedup is None:
+            self.dedup = NO_DEDUP
+        else:
+            ttl, extend, replace = dedup_options(self.dedup)
+            self.dedup = {"ttl": ttl, "extend": extend, "replace": replace}
+
+
+_OPTIONAL_FINITE = ("stallTimeout", "keepLogs", "sizeLimit")
+_OPTIONAL_STRINGS = ("uniqueKey", "parentId", "debounceId")
+_STRING_LISTS = ("dependsOn", "tags", "childrenIds")
+_FLAGS = (
+    "lifo",
+    "removeOnComplete",
+    "removeOnFail",
+    "durable",
+    "failParentOnFailure",
+    "removeDependencyOnFailure",
+    "ignoreDependencyOnFailure",
+    "continueParentOnFailure",
+)
+NO_DEDUP: dict[str, Any] = {"ttl": None, "extend": False, "replace": False}
 
 
 __all__ = ["JobFields", "tidy_number"]

@@ -47,23 +47,30 @@ def number(value: Any, field: str) -> float | int:
 
 def finite(value: Any, field: str) -> float | int:
     """Read a finite number; NaN and infinities fail with `<field> must be a finite number`."""
+    if value.__class__ is int:
+        return value
     result = number(value, field)
     if isinstance(result, float) and not math.isfinite(result):
         raise CommandError(f"{field} must be a finite number")
     return tidy_number(result)
 
 
+def js_text(value: float) -> str:
+    """Print a number as JavaScript does: whole numbers without a decimal point."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
 def at_least(value: float, minimum: float, field: str) -> float:
     """Check a lower bound with the seed's wording."""
     if value < minimum:
-        raise CommandError(f"{field} must be at least {minimum:g}")
+        raise CommandError(f"{field} must be at least {js_text(minimum)}")
     return value
 
 
 def at_most(value: float, maximum: float, field: str) -> float:
     """Check an upper bound with the seed's wording."""
     if value > maximum:
-        raise CommandError(f"{field} must be at most {maximum:g}")
+        raise CommandError(f"{field} must be at most {js_text(maximum)}")
     return value
 
 

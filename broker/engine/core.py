@@ -8,6 +8,7 @@ Handlers raise EngineError for a refused command; `Engine.execute` turns that in
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
@@ -21,8 +22,8 @@ from .queues import QueueState, Waiter
 from .state import POLL, EngineState
 from .workers import WorkerRegistry
 
+log = logging.getLogger(__name__)
 Reply = dict[str, Any]
-OK: Reply = {"ok": True}
 
 
 class Engine:
@@ -60,6 +61,9 @@ class Engine:
             reply = self._handlers[type(command)](session, command, now)
         except EngineError as exc:
             reply = {"ok": False, "error": str(exc)}
+        except Exception:  # a bug must cost one command, not the broker
+            log.exception("command %s failed", type(command).__name__)
+            reply = {"ok": False, "error": "Internal server error"}
         if reply is not None:
             session.reply(reply, command.reqId)
 
@@ -104,7 +108,7 @@ class Engine:
         existing = self._existing_id(command.queue, command, command.jobId)
         if existing is not None:
             return {"ok": True, "id": existing}
-        self._check_dependencies(command.dependsOn, ())
+        self._check_dependencies(command.dependsOn or (), ())
         job = self._new_job(command.queue, command, command.jobId, now)
         self.state.add(job, now)
         return {"ok": True, "id": job.id}
@@ -116,7 +120,7 @@ class Engine:
         batch_ids = {item.customId for item in items if item.customId is not None}
         for index, item in enumerate(items):
             try:
-                self._check_dependencies(item.dependsOn, batch_ids)
+                self._check_dependencies(item.dependsOn or (), batch_ids)
             except EngineError as exc:
                 raise EngineError(f"jobs[{index}]: {exc}") from None
         return {"ok": True, "ids": self._add_batch(queue, items, now)}
@@ -156,7 +160,7 @@ class Engine:
             return state.unique_owner(queue, fields.uniqueKey)
         return None
 
-    def _check_dependencies(self, depends_on: list[str], batch_ids: Any) -> None:
+    def _check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
         jobs = self.state.jobs
         for dep_id in depends_on:
             if dep_id not in jobs and dep_id not in batch_ids:
@@ -240,7 +244,7 @@ class Engine:
         job = self._active_job(command.id, command.token)
         remove = command.removeOnComplete or job.remove_on_complete
         self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
-        return OK
+        return {"ok": True}
 
     def ack_batch(self, session: Any, command: cmd.AckBatch, now: float) -> Reply:
         """ACKB: every job and token checked before any job completes."""
@@ -266,7 +270,7 @@ class Engine:
                 "ok": True,
                 "data": {"ignoredIds": ignored_ids, "ignoredIndices": ignored_indices},
             }
-        return OK
+        return {"ok": True}
 
     def fail(self, session: Any, command: cmd.Fail, now: float) -> Reply:
         """FAIL: retry after the backoff while attempts remain, else to the dead-letter queue."""
@@ -282,7 +286,7 @@ class Engine:
         else:
             job.failed_reason = reason
             self.state.retry(job, now)
-        return OK
+        return {"ok": True}
 
     # -- heartbeats ----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ their order), so clients written against bunqueue read our jobs unchanged.
 from __future__ import annotations
 
 import os
+import random
 import time
 from typing import Any
 
@@ -30,6 +31,10 @@ COUNTED_STATES = (WAITING, PRIORITIZED, DELAYED, ACTIVE, COMPLETED, FAILED, WAIT
 
 _last_uuid_ms = 0
 _uuid_counter = 0
+# Ids need uniqueness, not secrecy from the id's holder: a generator seeded once from the OS is
+# enough, and saves a system call per id. (Lease tokens use the same ids: a token is only
+# useful to whoever already holds the job's id and a connection to the broker.)
+_random = random.Random(os.urandom(32))
 
 
 def uuid7() -> str:
@@ -41,8 +46,8 @@ def uuid7() -> str:
         _uuid_counter += 1
     else:
         _last_uuid_ms = ms
-        _uuid_counter = int.from_bytes(os.urandom(2), "big") & 0x3FF
-    rand = int.from_bytes(os.urandom(8), "big") & 0x3FFFFFFFFFFFFFFF
+        _uuid_counter = _random.getrandbits(10)
+    rand = _random.getrandbits(62)
     value = (ms << 80) | (0x7 << 76) | ((_uuid_counter & 0xFFF) << 64) | (0x2 << 62) | rand
     text = f"{value:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
@@ -192,7 +197,7 @@ def job_from_push(fields: Any, queue: str, job_id: str, custom_id: str | None, n
         created_at=created,
         run_at=created + fields.delay,
         priority=fields.priority,
-        lifo=fields.lifo,
+        lifo=fields.lifo is True,
         max_attempts=fields.maxAttempts,
         backoff=fields.backoff,
         backoff_config=fields.backoffConfig,
@@ -200,24 +205,24 @@ def job_from_push(fields: Any, queue: str, job_id: str, custom_id: str | None, n
         timeout=fields.timeout,
         unique_key=fields.uniqueKey,
         custom_id=custom_id,
-        depends_on=fields.dependsOn,
+        depends_on=fields.dependsOn or [],
         parent_id=fields.parentId,
-        children_ids=fields.childrenIds,
-        tags=fields.tags,
+        children_ids=fields.childrenIds or [],
+        tags=fields.tags or [],
         group_id=fields.groupId,
         group_max_size=fields.groupMaxSize,
-        remove_on_complete=fields.removeOnComplete,
-        remove_on_fail=fields.removeOnFail,
-        durable=fields.durable,
+        remove_on_complete=fields.removeOnComplete is True,
+        remove_on_fail=fields.removeOnFail is True,
+        durable=fields.durable is True,
         repeat=fields.repeat,
         stall_timeout=fields.stallTimeout,
         stack_trace_limit=fields.stackTraceLimit,
         keep_logs=fields.keepLogs,
         size_limit=fields.sizeLimit,
-        fail_parent_on_failure=fields.failParentOnFailure,
-        remove_dependency_on_failure=fields.removeDependencyOnFailure,
-        continue_parent_on_failure=fields.continueParentOnFailure,
-        ignore_dependency_on_failure=fields.ignoreDependencyOnFailure,
+        fail_parent_on_failure=fields.failParentOnFailure is True,
+        remove_dependency_on_failure=fields.removeDependencyOnFailure is True,
+        continue_parent_on_failure=fields.continueParentOnFailure is True,
+        ignore_dependency_on_failure=fields.ignoreDependencyOnFailure is True,
         dedup_ttl=dedup["ttl"],
         dedup_extend=dedup["extend"],
         dedup_replace=dedup["replace"],

@@ -12,6 +12,7 @@ waits while it is at the limit, so a client that does not read its replies stops
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -25,9 +26,18 @@ _ids = itertools.count(1)
 class Session:
     """One connection's state: auth, held jobs, staged and ready reply bytes, flow control."""
 
-    def __init__(self, outbox: set[Any], *, authenticated: bool) -> None:
+    def __init__(
+        self,
+        outbox: set[Any],
+        *,
+        authenticated: bool,
+        direct_send: Callable[[bytearray], int] | None = None,
+    ) -> None:
         self.id = next(_ids)
         self._outbox = outbox
+        # A non-blocking send on the connection's socket, used when no write is in progress: the
+        # common reply then goes out straight from the actor, saving a hop through the writer.
+        self._direct_send = direct_send
         self.authenticated = authenticated
         self.closed = False
         self.held: set[str] = set()
@@ -46,32 +56,47 @@ class Session:
     def reply(self, reply: dict[str, Any], req_id: Any) -> None:
         """Stage a reply; it reaches the client after the actor calls `release`."""
         if req_id is not None:
-            reply = {**reply, "reqId": req_id}
+            reply["reqId"] = req_id
         append_frame(self._staged, reply)
         self._staged_count += 1
         self._outbox.add(self)
 
-    def release(self) -> bool:
-        """Hand staged replies to the writer; returns whether there were any."""
-        if not self._staged_count:
-            return False
-        self._ready += self._staged
-        self._ready_count += self._staged_count
-        self._staged.clear()
+    def release(self) -> None:
+        """Send staged replies: straight to the socket when it is idle, else via the writer."""
+        staged = self._staged
+        if not staged:
+            return
+        count = self._staged_count
         self._staged_count = 0
+        if self.closed:  # nobody to tell; the socket may already be gone
+            staged.clear()
+            return
+        self._send(staged, count)
+        staged.clear()
+
+    def _send(self, data: bytearray, count: int) -> None:
+        sent = 0
+        if self._direct_send is not None and not self._writing and not self._ready:
+            try:
+                sent = self._direct_send(data)
+            except OSError:
+                sent = 0  # the writer will meet the same error and end the connection
+        if sent == len(data):
+            self.written(count)
+            return
+        self._ready += memoryview(data)[sent:]
+        self._ready_count += count
         self._ready_lot.unpark_all()
-        return True
 
     # -- called by the connection ---------------------------------------------------------------
 
-    def reply_now(self, reply: dict[str, Any], req_id: Any, counted: bool = False) -> None:
+    def reply_now(self, reply: dict[str, Any], req_id: Any) -> None:
         """Send a reply the connection made itself (no engine, nothing to commit)."""
         if req_id is not None:
-            reply = {**reply, "reqId": req_id}
-        append_frame(self._ready, reply)
-        if counted:
-            self._ready_count += 1
-        self._ready_lot.unpark_all()
+            reply["reqId"] = req_id
+        data = bytearray()
+        append_frame(data, reply)
+        self._send(data, 0)
 
     async def wait_capacity(self) -> int:
         """Wait until another command may go to the engine; returns how many may."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -51,7 +53,9 @@ class Connection:
         self.stream = stream
         self.actor = actor
         self.tokens = tokens
-        self.session = Session(actor.outbox, authenticated=not tokens)
+        self.session = Session(
+            actor.outbox, authenticated=not tokens, direct_send=direct_sender(stream)
+        )
         self.decoder = FrameDecoder()
 
     async def serve(self) -> None:
@@ -122,6 +126,21 @@ class Connection:
             data, count = await session.wait_output()
             await self.stream.send_all(data)
             session.written(count)
+
+
+def direct_sender(stream: trio.abc.Stream) -> Callable[[bytearray], int] | None:
+    """A non-blocking `send` on the stream's socket, or None for streams without one."""
+    if not isinstance(stream, trio.SocketStream):
+        return None
+    fd = stream.socket.fileno()
+
+    def send(data: bytearray) -> int:
+        try:
+            return os.write(fd, data)
+        except BlockingIOError:
+            return 0
+
+    return send
 
 
 def hello_reply() -> dict[str, Any]:
