@@ -39,7 +39,7 @@ def decode_command(payload: bytes) -> Any:
     """Decode and validate one frame payload; never raises."""
     try:
         return _decode_command(payload)
-    except (msgspec.ValidationError, msgspec.DecodeError, CommandError, RecursionError):
+    except Exception:  # any bad frame (invalid UTF-8, too deep, ...) is the slow path's job
         return explain_rejection(payload)
 
 
@@ -48,7 +48,7 @@ def explain_rejection(payload: bytes) -> Rejected:
     try:
         message = _decode_any(payload)
     except (msgspec.DecodeError, ValueError, RecursionError):
-        # RecursionError: nesting deeper than the decoder will follow is not a command either.
+        # ValueError covers invalid UTF-8; RecursionError nesting deeper than we follow.
         return Rejected(None, "Invalid command format")
     if not isinstance(message, dict):
         return Rejected(None, "Invalid command")
@@ -60,12 +60,12 @@ def explain_rejection(payload: bytes) -> Rejected:
         return Rejected(req_id, f"Unknown command: {cmd}")
     try:
         _decode_command(payload)
-    except RecursionError:
-        return Rejected(req_id, "Invalid command format")
     except CommandError as exc:
         return Rejected(req_id, str(exc))
     except msgspec.ValidationError as exc:
         return Rejected(req_id, readable_validation_error(str(exc)))
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        return Rejected(req_id, "Invalid command format")
     return Rejected(req_id, "Invalid command")
 
 
