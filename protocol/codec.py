@@ -28,6 +28,17 @@ _MSGSPEC_TYPE_ERROR = re.compile(r"Expected `(?P<kind>[^`]+)`, got `[^`]+` - at 
 _KIND_WORDS = {"array": "an array", "object": "an object", "str": "a string", "bool": "a boolean"}
 
 
+class _Envelope(msgspec.Struct):
+    """Just `cmd` and `reqId`: other fields are skipped unchecked, so it decodes frames whose
+    other fields are broken (e.g. not UTF-8), and their error can still carry the reqId."""
+
+    cmd: Any = None
+    reqId: Any = None
+
+
+_decode_envelope = msgspec.msgpack.Decoder(_Envelope, ext_hook=ext_hook).decode
+
+
 class Rejected(msgspec.Struct, frozen=True):
     """A frame that could not become a command: the error text and the reqId, if any."""
 
@@ -46,14 +57,19 @@ def decode_command(payload: bytes) -> Any:
 def explain_rejection(payload: bytes) -> Rejected:
     """Word the error for a payload the fast path refused (the slow, rare path)."""
     try:
-        message = _decode_any(payload)
+        envelope = _decode_envelope(payload)
+    except msgspec.ValidationError:
+        # Not a map: "Invalid command" when it is valid MessagePack at all.
+        try:
+            _decode_any(payload)
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            return Rejected(None, "Invalid command format")
+        return Rejected(None, "Invalid command")
     except (msgspec.DecodeError, ValueError, RecursionError):
         # ValueError covers invalid UTF-8; RecursionError nesting deeper than we follow.
         return Rejected(None, "Invalid command format")
-    if not isinstance(message, dict):
-        return Rejected(None, "Invalid command")
-    req_id = message.get("reqId")
-    cmd = message.get("cmd")
+    req_id = envelope.reqId
+    cmd = envelope.cmd
     if not cmd:
         return Rejected(req_id, "Invalid command")
     if not isinstance(cmd, str) or cmd not in COMMAND_NAMES:

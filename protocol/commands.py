@@ -13,7 +13,7 @@ import msgspec
 
 from .errors import CommandError
 from .extensions import ext_hook
-from .jobspec import JS_UNDEFINED, NO_DATA, JobFields
+from .jobspec import JS_UNDEFINED, NO_DATA, JobFields, check_payload
 from .values import (
     at_least,
     at_most,
@@ -30,12 +30,15 @@ MAX_POLL_MS = 60_000
 MAX_PULL_BATCH = 1000
 
 
-def raw_or_none(value: msgspec.Raw | None) -> bytes | None:
-    """Return raw MessagePack bytes, or None when absent or a JS `undefined`."""
+def raw_or_none(value: msgspec.Raw | None, field: str) -> bytes | None:
+    """Return checked raw MessagePack bytes, or None when absent or a JS `undefined`."""
     if value is None:
         return None
     raw = bytes(value)
-    return None if not raw or raw == JS_UNDEFINED else raw
+    if not raw or raw == JS_UNDEFINED:
+        return None
+    check_payload(raw, field)
+    return raw
 
 
 class Command(msgspec.Struct, kw_only=True, tag_field="cmd"):
@@ -169,7 +172,7 @@ class Ack(Command, tag="ACK"):
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
-        self.result = raw_or_none(self.result)  # type: ignore[assignment]  # bytes | None
+        self.result = raw_or_none(self.result, "result")  # type: ignore[assignment]  # bytes | None
         self.token = optional_str(self.token, "token")
         self.removeOnComplete = flag(self.removeOnComplete, "removeOnComplete")
 
@@ -187,7 +190,7 @@ class AckBatch(Command, tag="ACKB"):
         if self.results is not None:
             if len(self.results) != len(self.ids):
                 raise CommandError("ACKB results length must match ids length")
-            self.results = [raw_or_none(item) for item in self.results]  # type: ignore[misc]
+            self.results = [raw_or_none(item, "results[]") for item in self.results]  # type: ignore[misc]
         if self.tokens is not None:
             if not isinstance(self.tokens, list) or len(self.tokens) != len(self.ids):
                 raise CommandError("ACKB tokens length must match ids length")

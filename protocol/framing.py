@@ -30,8 +30,9 @@ class FrameDecoder:
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add `chunk` and return every payload it completed, in order.
 
-        Raises FrameTooLarge when a header announces more than the limit; the buffer is then
-        cleared and the decoder must not be used again (the peer is out of sync).
+        Raises FrameTooLarge when a header announces more than the limit, carrying the whole
+        frames that came before it; the buffer is then cleared and the decoder must not be used
+        again (the peer is out of sync).
         """
         buffer = self._buffer
         buffer += chunk
@@ -43,7 +44,7 @@ class FrameDecoder:
             size = int.from_bytes(buffer[start : start + HEADER_SIZE], "big")
             if size > limit:
                 buffer.clear()
-                raise FrameTooLarge(size, limit)
+                raise FrameTooLarge(size, limit, payloads)
             body_end = start + HEADER_SIZE + size
             if body_end > end:
                 break

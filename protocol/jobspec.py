@@ -122,6 +122,18 @@ def dedup_options(value: Any) -> tuple[float | int | None, bool, bool]:
     )
 
 
+def check_payload(raw: bytes, field: str) -> None:
+    """Refuse a payload that would not decode for the workers (e.g. a string that is not UTF-8).
+
+    Payloads are stored raw and handed back verbatim, so one bad producer could otherwise
+    poison every consumer that pulls the job.
+    """
+    try:
+        _decode_any(raw)
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        raise CommandError(f"{field} is not valid MessagePack (strings must be UTF-8)") from None
+
+
 def hoist_name(data: bytes) -> tuple[str | None, bytes]:
     """Older SDKs put the job name in `data.name`; move it out when the job has no name."""
     if not data or not (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):
@@ -187,6 +199,7 @@ class JobFields(msgspec.Struct, kw_only=True):
             raise CommandError("data is required")
         if len(raw) > MAX_DATA_BYTES:
             raise CommandError("Job data too large (max 10MB)")
+        check_payload(raw, "data")
         name = optional_str(self.name, "name")
         if name is None:
             name, raw = hoist_name(raw)

@@ -84,14 +84,18 @@ class Connection:
             try:
                 payloads = self.decoder.feed(bytes(chunk))
             except FrameTooLarge as exc:
+                await self._dispatch(self._triage(exc.complete))
                 self.session.reply_now({"ok": False, "error": str(exc)}, None)
                 return
-            commands = self._triage(payloads)
-            while commands:
-                room = await self.session.wait_capacity()
-                part, commands = commands[:room], commands[room:]
-                self.session.in_flight += len(part)
-                await self.actor.inbox.send(Batch(self.session, part))
+            await self._dispatch(self._triage(payloads))
+
+    async def _dispatch(self, commands: list[Any]) -> None:
+        """Hand commands to the engine, at most 50 in flight for this connection."""
+        while commands:
+            room = await self.session.wait_capacity()
+            part, commands = commands[:room], commands[room:]
+            self.session.in_flight += len(part)
+            await self.actor.inbox.send(Batch(self.session, part))
 
     def _triage(self, payloads: list[bytes]) -> list[Any]:
         """Decode frames; answer local ones; return those for the engine."""
