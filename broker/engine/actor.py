@@ -9,6 +9,7 @@ A full inbox makes connection readers wait, which pushes back on clients through
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import attrs
@@ -67,17 +68,25 @@ class EngineActor:
         async with receive:
             while True:
                 items: list[Any] = []
-                with trio.move_on_at(self.clock.trio_time(self.engine.next_deadline())):
-                    try:
-                        items.append(await receive.receive())
-                    except trio.EndOfChannel:
-                        return
+                try:
+                    await self._wait_for_work(items)
+                except trio.EndOfChannel:
+                    return
                 while len(items) < MAX_BATCHES_PER_PASS:
                     try:
                         items.append(receive.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 self._run_pass(items)
+
+    async def _wait_for_work(self, items: list[Any]) -> None:
+        """Receive one inbox item into `items`, or return empty-handed when a timer is due."""
+        deadline = self.engine.next_deadline()
+        if deadline == math.inf:  # no timers: skip the cancel scope (the common idle case)
+            items.append(await self._receive.receive())
+            return
+        with trio.move_on_at(self.clock.trio_time(deadline)):
+            items.append(await self._receive.receive())
 
     def _run_pass(self, items: list[Any]) -> None:
         engine = self.engine
