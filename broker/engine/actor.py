@@ -40,6 +40,13 @@ class Disconnect:
 
 
 @attrs.frozen
+class Wake:
+    """Nothing to do but re-arm the actor's sleep (a timer was added while it slept)."""
+
+    session: Any = None
+
+
+@attrs.frozen
 class AnswerParked:
     """Shutdown: answer every parked long poll now, with no job."""
 
@@ -56,6 +63,8 @@ class EngineActor:
         # Sessions with staged replies register here; they are released after the commit.
         self.outbox: set[Any] = set()
         self.passes = 0
+        # The deadline the actor sleeps until while parked on an empty inbox; None when busy.
+        self._armed_deadline: float | None = None
 
     def answer_parked_message(self) -> AnswerParked:
         """The inbox message that answers every parked long poll (used at shutdown)."""
@@ -79,14 +88,36 @@ class EngineActor:
                         break
                 self._run_pass(items)
 
+    def submit_inline(self, batch: Batch) -> bool:
+        """Run `batch` at once in the caller's task if the actor is idle; else return False.
+
+        When the actor is parked on an empty inbox nothing else can be touching the engine
+        (Trio is cooperative and a pass never awaits), so the caller may lend it its own time
+        slice: the pass is the same pass, in the same order, and it saves a task switch and a
+        scheduler round per command. If the pass armed an earlier timer than the one the actor
+        sleeps on, the actor is woken to re-arm.
+        """
+        armed = self._armed_deadline
+        if armed is None or self._receive.statistics().current_buffer_used:
+            return False
+        self._run_pass([batch])
+        if self.engine.next_deadline() < armed:
+            self._armed_deadline = None
+            self.inbox.send_nowait(Wake())
+        return True
+
     async def _wait_for_work(self, items: list[Any]) -> None:
         """Receive one inbox item into `items`, or return empty-handed when a timer is due."""
         deadline = self.engine.next_deadline()
-        if deadline == math.inf:  # no timers: skip the cancel scope (the common idle case)
-            items.append(await self._receive.receive())
-            return
-        with trio.move_on_at(self.clock.trio_time(deadline)):
-            items.append(await self._receive.receive())
+        self._armed_deadline = deadline
+        try:
+            if deadline == math.inf:  # no timers: skip the cancel scope (the common idle case)
+                items.append(await self._receive.receive())
+                return
+            with trio.move_on_at(self.clock.trio_time(deadline)):
+                items.append(await self._receive.receive())
+        finally:
+            self._armed_deadline = None
 
     def _run_pass(self, items: list[Any]) -> None:
         engine = self.engine
@@ -99,6 +130,8 @@ class EngineActor:
                 continue
             if isinstance(item, AnswerParked):
                 engine.answer_parked()
+                continue
+            if isinstance(item, Wake):
                 continue
             for command in item.commands:
                 engine.execute(session, command, now)

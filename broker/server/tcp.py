@@ -95,7 +95,9 @@ class Connection:
             room = await self.session.wait_capacity()
             part, commands = commands[:room], commands[room:]
             self.session.in_flight += len(part)
-            await self.actor.inbox.send(Batch(self.session, part))
+            batch = Batch(self.session, part)
+            if not self.actor.submit_inline(batch):
+                await self.actor.inbox.send(batch)
 
     def _triage(self, payloads: list[bytes]) -> list[Any]:
         """Decode frames; answer local ones; return those for the engine."""
