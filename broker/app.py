@@ -8,10 +8,13 @@ the engine's inbox so the actor finishes its last pass and returns.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from typing import Any
 
 import trio
+
+from store import Store, StoreError, open_sqlite
 
 from .clock import Clock
 from .config import Config
@@ -24,10 +27,16 @@ log = logging.getLogger(__name__)
 
 
 class App:
-    """A running broker; `run` serves until `shutdown` is called."""
+    """A running broker; `run` serves until `shutdown` is called.
 
-    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+    The store (None: memory only) is opened and closed by the caller; the App only uses it.
+    """
+
+    def __init__(
+        self, config: Config, store: Store | None = None, clock: Clock | None = None
+    ) -> None:
         self.config = config
+        self.store = store
         self._clock = clock
         self._stop = trio.Event()
         self.actor: EngineActor | None = None
@@ -36,8 +45,17 @@ class App:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, report the TCP listeners, serve until shutdown, then stop cleanly."""
         config = self.config
-        state = EngineState(keep_completed=config.keep_completed, keep_failed=config.keep_failed)
-        actor = self.actor = EngineActor(Engine(state), self._clock or Clock())
+        state = EngineState(
+            keep_completed=config.keep_completed,
+            keep_failed=config.keep_failed,
+            keep_completed_ms=config.keep_completed_s * 1000,
+            keep_failed_ms=config.keep_failed_s * 1000,
+        )
+        actor = self.actor = EngineActor(Engine(state), self._clock or Clock(), self.store)
+        await self._serve(actor, task_status)
+
+    async def _serve(self, actor: EngineActor, task_status: Any) -> None:
+        config = self.config
         tcp = self.tcp = TcpServer(actor, config.auth_tokens)
         async with trio.open_nursery() as nursery:
             await nursery.start(actor.run)
@@ -55,9 +73,19 @@ class App:
         self._stop.set()
 
 
-async def serve_until_signalled(config: Config) -> None:
+def open_store(config: Config) -> Store:
+    """Open the SQLite store in the data directory (created if missing); raises StoreError."""
+    try:
+        os.makedirs(config.data_dir, exist_ok=True)
+    except OSError as exc:
+        message = f"cannot create data directory {config.data_dir}: {exc.strerror}"
+        raise StoreError(message) from None
+    return open_sqlite(config.db_path)
+
+
+async def serve_until_signalled(config: Config, store: Store | None) -> None:
     """Run the broker until SIGINT or SIGTERM, printing where it listens."""
-    app = App(config)
+    app = App(config, store)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(app.run)
         for listener in listeners:

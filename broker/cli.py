@@ -6,10 +6,13 @@ import argparse
 import gc
 import logging
 import os
+import sys
 
 import trio
 
-from .app import serve_until_signalled
+from store import StoreError
+
+from .app import open_store, serve_until_signalled
 from .config import Config
 
 
@@ -30,7 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="HTTP port (0 turns HTTP off; the HTTP surface is not served yet)",
     )
     serve.add_argument(
-        "--memory", action="store_true", help="keep jobs in memory only (the only store for now)"
+        "--data-dir",
+        default=defaults.data_dir,
+        help="directory of the SQLite store (default ./%(default)s; created if missing)",
+    )
+    serve.add_argument(
+        "--memory", action="store_true", help="keep jobs in memory only (lost when it stops)"
     )
     serve.add_argument(
         "--auth-token",
@@ -51,6 +59,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.keep_failed,
         help="failed (dead-letter) jobs kept (default %(default)s)",
     )
+    serve.add_argument(
+        "--keep-completed-age",
+        type=float,
+        default=defaults.keep_completed_s,
+        metavar="SECONDS",
+        help="completed jobs are forgotten after this long (default 7 days)",
+    )
+    serve.add_argument(
+        "--keep-failed-age",
+        type=float,
+        default=defaults.keep_failed_s,
+        metavar="SECONDS",
+        help="failed jobs are forgotten after this long (default 7 days)",
+    )
     serve.add_argument("--log-level", default="INFO", help="logging level (default %(default)s)")
     return parser
 
@@ -63,10 +85,13 @@ def config_from_args(args: argparse.Namespace) -> Config:
         host=args.host,
         port=args.port,
         http_port=args.http_port,
-        memory=True,
+        memory=args.memory,
+        data_dir=args.data_dir,
         auth_tokens=frozenset(t for t in tokens if t),
         keep_completed=args.keep_completed,
         keep_failed=args.keep_failed,
+        keep_completed_s=args.keep_completed_age,
+        keep_failed_s=args.keep_failed_age,
     )
 
 
@@ -77,5 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     # default thresholds the cyclic collector would rescan them all again and again.
     gc.set_threshold(100_000, 50, 100)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    trio.run(serve_until_signalled, config_from_args(args))
+    config = config_from_args(args)
+    try:
+        store = None if config.memory else open_store(config)
+    except StoreError as exc:
+        print(f"trioq: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        trio.run(serve_until_signalled, config, store)
+    finally:
+        if store is not None:
+            store.close()
     return 0

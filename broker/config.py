@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import attrs
+
+DB_FILE = "trioq.db"
 
 
 @attrs.frozen
@@ -12,8 +16,16 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 6789
     http_port: int = 6790
-    memory: bool = True
+    memory: bool = False
+    data_dir: str = "data"
     auth_tokens: frozenset[str] = frozenset()
     keep_completed: int = 10_000
     keep_failed: int = 10_000
+    keep_completed_s: float = 7 * 86_400
+    keep_failed_s: float = 7 * 86_400
     shutdown_grace_s: float = 5.0
+
+    @property
+    def db_path(self) -> str:
+        """The SQLite file inside the data directory."""
+        return os.path.join(self.data_dir, DB_FILE)

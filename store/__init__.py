@@ -1,6 +1,17 @@
-"""Durable state behind one interface (SQLite by default, memory-only as an option).
+"""Durable state behind one interface: SQLite (the default) and an in-memory store.
 
-The memory-only mode of the broker core keeps every job in the engine itself, so nothing is
-written here yet; the store interface and its SQLite backend arrive with durable persistence.
-This package must never import `broker`.
+A store keeps opaque job records (id, queue, state, body) and commits a batch of changes
+atomically. It knows nothing of the engine's rules; this package never imports `broker`.
 """
+
+from .base import JobRow, Store, StoreError
+from .memory import MemoryStore
+
+__all__ = ["JobRow", "MemoryStore", "Store", "StoreError", "open_sqlite"]
+
+
+def open_sqlite(path: str) -> Store:
+    """Open (or create) the SQLite store in the file `path`; raises StoreError."""
+    from .sqlite import SqliteStore
+
+    return SqliteStore(path)

@@ -15,8 +15,11 @@ from typing import Any
 import attrs
 import trio
 
+from store import Store
+
 from ..clock import Clock
 from .core import Engine
+from .records import job_from_row, job_to_row
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +59,13 @@ class AnswerParked:
 class EngineActor:
     """Owns an Engine and serialises all access to it."""
 
-    def __init__(self, engine: Engine, clock: Clock) -> None:
+    def __init__(self, engine: Engine, clock: Clock, store: Store | None = None) -> None:
         self.engine = engine
         self.clock = clock
+        self.store = store
+        if store is not None:
+            engine.state.restore([job_from_row(row) for row in store.load()], clock.now_ms())
+            self._commit()  # what the restart itself changed (requeued jobs, expired retention)
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
         # Sessions with staged replies register here; they are released after the commit.
         self.outbox: set[Any] = set()
@@ -106,6 +113,17 @@ class EngineActor:
             self.inbox.send_nowait(Wake())
         return True
 
+    def _commit(self) -> None:
+        """Write the pass's changes; a store failure stops the broker (fail-stop).
+
+        Replies of the pass have not been released, so no client was told `ok` for changes
+        that are not stored; after a restart the broker resumes from the last commit.
+        """
+        assert self.store is not None
+        changed, deleted, sync = self.engine.state.take_changes()
+        if changed or deleted:
+            self.store.commit((job_to_row(job) for job in changed), deleted, sync=sync)
+
     async def _wait_for_work(self, items: list[Any]) -> None:
         """Receive one inbox item into `items`, or return empty-handed when a timer is due."""
         deadline = self.engine.next_deadline()
@@ -137,7 +155,8 @@ class EngineActor:
                 engine.execute(session, command, now)
         engine.tick(now)
         self.passes += 1
-        # The store's commit (one transaction per pass) goes here, before any reply is released.
+        if self.store is not None:
+            self._commit()  # one transaction per pass, before any reply of the pass is released
         outbox = self.outbox
         for session in outbox:
             session.release()

@@ -36,6 +36,7 @@ MAX_STALLS = 3
 LEASE = "lease"
 PROMOTE = "promote"
 POLL = "poll"
+RETENTION = "retention"
 
 
 def retry_delay(job: Job) -> float:
@@ -52,21 +53,62 @@ def retry_delay(job: Job) -> float:
     return min(job.backoff * (2**exponent), cap)
 
 
+class Retention:
+    """Finished jobs of one kind (completed or failed), oldest first, kept up to a count and
+    an age. Entries are (finished_at, job); an entry whose job has moved on is stale."""
+
+    def __init__(self, state: str, limit: int, max_age_ms: float) -> None:
+        self.state = state
+        self.limit = limit
+        self.max_age_ms = max_age_ms
+        self.entries: deque[tuple[float, Job]] = deque()
+
+    def current(self, entry: tuple[float, Job]) -> bool:
+        """Whether the entry still describes its job."""
+        finished_at, job = entry
+        return job.state == self.state and job.completed_at == finished_at
+
+    def due(self, now: float) -> list[Job]:
+        """Drop and return the jobs past the count or the age limit."""
+        entries = self.entries
+        expired = []
+        while entries and (
+            len(entries) > self.limit or entries[0][0] + self.max_age_ms <= now
+        ):
+            entry = entries.popleft()
+            if self.current(entry):
+                expired.append(entry[1])
+        return expired
+
+    def next_expiry(self) -> float | None:
+        """When the oldest entry reaches the age limit (None when empty)."""
+        return self.entries[0][0] + self.max_age_ms if self.entries else None
+
+
 class EngineState:
     """All job state plus the timer wheel; pure (callers pass `now`)."""
 
-    def __init__(self, *, keep_completed: int = 10_000, keep_failed: int = 10_000) -> None:
+    def __init__(
+        self,
+        *,
+        keep_completed: int = 10_000,
+        keep_failed: int = 10_000,
+        keep_completed_ms: float = 7 * 86_400_000,
+        keep_failed_ms: float = 7 * 86_400_000,
+    ) -> None:
         self.jobs: dict[str, Job] = {}
         self.queues: dict[str, QueueState] = {}
         self.unique_keys: dict[tuple[str, str], str] = {}
         self.dependents: dict[str, list[str]] = {}
         self.wheel = TimerWheel()
-        self.keep_completed = keep_completed
-        self.keep_failed = keep_failed
-        self._completed: deque[str] = deque()
-        self._failed: deque[str] = deque()
+        self.completed = Retention(COMPLETED, keep_completed, keep_completed_ms)
+        self.failed = Retention(FAILED, keep_failed, keep_failed_ms)
         self._seq = itertools.count()
         self.dirty_queues: set[QueueState] = set()
+        # Change tracking for the store: jobs written or deleted since the last commit.
+        self.tracking = False
+        self.changed: dict[str, Job] = {}
+        self.deleted: set[str] = set()
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -89,6 +131,16 @@ class EngineState:
             counts[job.state] -= 1
         job.state = state
         counts[state] += 1
+        if self.tracking:
+            self.changed[job.id] = job
+
+    def take_changes(self) -> tuple[list[Job], list[str], bool]:
+        """Jobs to write, ids to delete, and whether a `durable` job is among the writes."""
+        changed = list(self.changed.values())
+        deleted = list(self.deleted)
+        self.changed.clear()
+        self.deleted.clear()
+        return changed, deleted, any(job.durable for job in changed)
 
     def add(self, job: Job, now: float) -> None:
         """Register a new job and place it by its dependencies and run time."""
@@ -96,9 +148,64 @@ class EngineState:
         job.state = ""
         if job.unique_key is not None:
             self.unique_keys[(job.queue, job.unique_key)] = job.id
+        self._wait_for_dependencies(job, now)
+
+    # -- restart -------------------------------------------------------------------------------
+
+    def restore(self, loaded: list[tuple[Job, bool]], now: float) -> None:
+        """Rebuild every structure from stored jobs (each with its `held` flag).
+
+        Restart rules: waiting and prioritized jobs are ready again in their old order;
+        delayed jobs keep their run times; waiting-children jobs wait for the dependencies
+        that have not completed (a dependency the broker no longer knows counts as done, so no
+        job waits forever); leased active jobs keep their lease and token, so a worker that
+        reconnects can still settle them, and expire as usual; active jobs bound to a
+        connection (pulled without a lease) go back to waiting without spending an attempt,
+        as on a disconnect; detached active jobs stay active; completed and failed jobs are
+        retained within the caps, the excess deleted.
+        """
+        loaded.sort(key=lambda item: (item[0].created_at, item[0].id))
+        for job, _ in loaded:
+            self.jobs[job.id] = job
+        finished: list[Job] = []
+        requeued: list[Job] = []
+        for job, held in loaded:
+            stored, job.state = job.state, ""
+            if stored in (COMPLETED, FAILED):
+                self._enter(job, stored)
+                finished.append(job)
+                continue
+            if job.unique_key is not None:
+                self.unique_keys[(job.queue, job.unique_key)] = job.id
+            if stored == WAITING_CHILDREN:
+                self._wait_for_dependencies(job, now, restoring=True)
+            elif stored != ACTIVE:
+                self.schedule(job, now)
+            elif job.lock_token is not None:
+                self._enter(job, ACTIVE)
+                self.wheel.schedule(job.lock_expires_at, LEASE, job, job.lock_token)
+            elif held:
+                job.started_at = None
+                self.make_ready(job)
+                requeued.append(job)
+            else:
+                self._enter(job, ACTIVE)
+        self.tracking = True
+        for job in requeued:
+            self.changed[job.id] = job
+        finished.sort(key=lambda job: job.completed_at or 0)
+        for job in finished:
+            retention = self.completed if job.state == COMPLETED else self.failed
+            retention.entries.append((job.completed_at or 0, job))
+        self.expire_retained(self.completed, now)
+        self.expire_retained(self.failed, now)
+
+    def _wait_for_dependencies(self, job: Job, now: float, restoring: bool = False) -> None:
         pending = 0
         for dep_id in job.depends_on:
             dep = self.jobs.get(dep_id)
+            if dep is None and restoring:
+                continue
             if dep is None or dep.state != COMPLETED:
                 pending += 1
                 self.dependents.setdefault(dep_id, []).append(job.id)
@@ -145,6 +252,8 @@ class EngineState:
         job.lock_ttl = ttl
         job.lock_expires_at = now + ttl
         self.wheel.schedule(job.lock_expires_at, LEASE, job, job.lock_token)
+        if self.tracking:
+            self.changed[job.id] = job
 
     def _end_activity(self, job: Job) -> None:
         job.lock_token = None
@@ -168,11 +277,11 @@ class EngineState:
         if remove:
             self._forget(job)
         else:
-            self._enter(job, COMPLETED)
             job.completed_at = now
             job.result = result
             job.progress = 100
-            self._retain(self._completed, job, self.keep_completed)
+            self._enter(job, COMPLETED)
+            self._retain(self.completed, job, now)
         self._release_dependents(job, now)
 
     def retry(self, job: Job, now: float) -> None:
@@ -190,9 +299,9 @@ class EngineState:
         if remove:
             self._forget(job)
             return
-        self._enter(job, FAILED)
         job.completed_at = now
-        self._retain(self._failed, job, self.keep_failed)
+        self._enter(job, FAILED)
+        self._retain(self.failed, job, now)
 
     def _release_unique(self, job: Job) -> None:
         if job.unique_key is not None:
@@ -209,12 +318,18 @@ class EngineState:
             if dependent.pending_deps <= 0:
                 self.schedule(dependent, now)
 
-    def _retain(self, kept: deque[str], job: Job, limit: int) -> None:
-        kept.append(job.id)
-        while len(kept) > limit:
-            old = self.jobs.get(kept.popleft())
-            if old is not None and old.state in (COMPLETED, FAILED):
-                self._forget(old)
+    def _retain(self, retention: Retention, job: Job, now: float) -> None:
+        was_empty = not retention.entries
+        retention.entries.append((job.completed_at or now, job))
+        self.expire_retained(retention, now, arm=was_empty)
+
+    def expire_retained(self, retention: Retention, now: float, arm: bool = True) -> None:
+        """Forget finished jobs past their count or age; re-arm the age timer."""
+        for job in retention.due(now):
+            self._forget(job)
+        expiry = retention.next_expiry()
+        if arm and expiry is not None:
+            self.wheel.schedule(expiry, RETENTION, retention)
 
     def _forget(self, job: Job) -> None:
         counts = self.queue(job.queue).counts
@@ -222,6 +337,9 @@ class EngineState:
             counts[job.state] -= 1
         job.state = ""
         del self.jobs[job.id]
+        if self.tracking:
+            self.changed.pop(job.id, None)
+            self.deleted.add(job.id)
 
     # -- timers --------------------------------------------------------------------------------
 
@@ -241,6 +359,8 @@ class EngineState:
                     self._lease_expired(job, now)
             elif timer.kind == POLL:
                 expired_polls.append(timer.target)
+            elif timer.kind == RETENTION:
+                self.expire_retained(timer.target, now)
         return expired_polls
 
     def _lease_expired(self, job: Job, now: float) -> None:

@@ -1,0 +1,39 @@
+"""The store interface every backend implements, and its error type."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple, Protocol
+
+
+class StoreError(Exception):
+    """The store cannot be opened or written; the text is meant for the operator."""
+
+
+class JobRow(NamedTuple):
+    """One stored job: its id, queue and state (for queries) and its encoded body."""
+
+    id: str
+    queue: str
+    state: str
+    body: bytes
+
+
+class Store(Protocol):
+    """Durable job records. Every method blocks; callers run them from one task at a time."""
+
+    def load(self) -> list[JobRow]:
+        """Every stored job."""
+        ...
+
+    def commit(self, upserts: Iterable[JobRow], deletes: Iterable[str], *, sync: bool) -> None:
+        """Write and delete in one transaction (all or nothing).
+
+        With `sync`, the transaction is flushed to stable storage before returning (it survives
+        power loss); without it, it survives a crash of the process.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources."""
+        ...

@@ -1,0 +1,107 @@
+"""SqliteStore: job records in one SQLite file through apsw.
+
+WAL journal, one writer connection, `BEGIN IMMEDIATE` transactions. With synchronous=NORMAL a
+committed transaction survives a crash of the process (it is in the WAL before `commit`
+returns); a `sync` commit switches to synchronous=FULL for that transaction so it also
+survives power loss. The schema carries a version number (PRAGMA user_version) and is
+migrated forward on open; a file from a newer trioq is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import apsw
+
+from .base import JobRow, StoreError
+
+SCHEMA_VERSION = 1
+
+# Each entry migrates the schema from version N-1 to N.
+MIGRATIONS: dict[int, str] = {
+    1: """
+        CREATE TABLE jobs (
+            id    TEXT PRIMARY KEY,
+            queue TEXT NOT NULL,
+            state TEXT NOT NULL,
+            body  BLOB NOT NULL
+        ) WITHOUT ROWID;
+        CREATE INDEX jobs_by_queue_state ON jobs (queue, state);
+    """,
+}
+
+UPSERT = "INSERT OR REPLACE INTO jobs (id, queue, state, body) VALUES (?, ?, ?, ?)"
+DELETE = "DELETE FROM jobs WHERE id = ?"
+SELECT_ALL = "SELECT id, queue, state, body FROM jobs"
+
+
+class SqliteStore:
+    """The SQLite backend of the Store interface."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._db = apsw.Connection(path)
+            self._db.set_busy_timeout(5000)
+            self._configure()
+            self._migrate()
+        except apsw.Error as exc:
+            raise StoreError(self._explain(exc)) from None
+
+    def _configure(self) -> None:
+        db = self._db
+        mode = str(db.execute("PRAGMA journal_mode=WAL").fetchall()[0][0])
+        if mode.lower() != "wal":
+            raise StoreError(f"{self.path}: cannot use WAL journal mode (got {mode})")
+        db.execute("PRAGMA synchronous=NORMAL")
+
+    def _migrate(self) -> None:
+        db = self._db
+        version = int(db.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written by a newer trioq (schema {version}; this one "
+                f"understands up to {SCHEMA_VERSION}); upgrade trioq or use another --data-dir"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(MIGRATIONS[target])
+            db.execute(f"PRAGMA user_version={target}")
+            db.execute("COMMIT")
+
+    def _explain(self, exc: apsw.Error) -> str:
+        if isinstance(exc, apsw.CantOpenError):
+            return f"cannot open {self.path}: is the directory writable?"
+        if isinstance(exc, apsw.NotADBError | apsw.CorruptError):
+            return f"{self.path} is not a trioq database or is corrupt"
+        if isinstance(exc, apsw.ReadOnlyError):
+            return f"{self.path} is read-only"
+        return f"{self.path}: {exc}"
+
+    def load(self) -> list[JobRow]:
+        """Every stored job."""
+        return [JobRow(*row) for row in self._db.execute(SELECT_ALL)]
+
+    def commit(self, upserts: Iterable[JobRow], deletes: Iterable[str], *, sync: bool) -> None:
+        """Write and delete in one IMMEDIATE transaction; raises StoreError on failure."""
+        db = self._db
+        try:
+            if sync:
+                db.execute("PRAGMA synchronous=FULL")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(UPSERT, upserts)
+                db.executemany(DELETE, ((job_id,) for job_id in deletes))
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except apsw.Error as exc:
+            raise StoreError(self._explain(exc)) from None
+        finally:
+            if sync:
+                db.execute("PRAGMA synchronous=NORMAL")
+
+    def close(self) -> None:
+        """Close the connection (checkpointing the WAL)."""
+        self._db.close()
