@@ -33,7 +33,7 @@ def memory_connector(app: App, nursery: trio.Nursery) -> Connect:
     async def connect() -> FrameClient:
         client_stream, server_stream = trio.testing.memory_stream_pair()
         assert app.tcp is not None
-        nursery.start_soon(app.tcp.serve_stream, server_stream)
+        app.tcp.adopt(server_stream)
         return FrameClient(client_stream)
 
     return connect

@@ -72,9 +72,7 @@ class Retention:
         """Drop and return the jobs past the count or the age limit."""
         entries = self.entries
         expired = []
-        while entries and (
-            len(entries) > self.limit or entries[0][0] + self.max_age_ms <= now
-        ):
+        while entries and (len(entries) > self.limit or entries[0][0] + self.max_age_ms <= now):
             entry = entries.popleft()
             if self.current(entry):
                 expired.append(entry[1])

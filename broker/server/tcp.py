@@ -9,6 +9,7 @@ releases the jobs this connection pulled without a lease.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import os
@@ -73,7 +74,8 @@ class Connection:
             self.session.closed = True
             with trio.move_on_after(DISCONNECT_TIMEOUT_S) as scope:
                 scope.shield = True
-                await self.actor.inbox.send(Disconnect(self.session))
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self.actor.inbox.send(Disconnect(self.session))  # engine may be gone
                 await trio.aclose_forcefully(self.stream)
 
     async def _read_loop(self) -> None:
@@ -200,6 +202,12 @@ class TcpServer:
             await connection.serve()
         finally:
             self.connections.discard(connection)
+
+    def adopt(self, stream: trio.abc.Stream) -> None:
+        """Serve an already-connected stream as if it had been accepted (tests use memory
+        streams); it is closed with the others at shutdown."""
+        assert self._handlers is not None
+        self._handlers.start_soon(self.serve_stream, stream)
 
     async def _accept_loop(self, listener: trio.SocketListener) -> None:
         while True:

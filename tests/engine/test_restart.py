@@ -1,0 +1,189 @@
+"""Restarts on the SQLite store: every state comes back as the restart rules say."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from store import MemoryStore, open_sqlite
+from tests.conftest import EPOCH_MS, Connect, memory_connector
+from tests.engine.test_push_pull import push, state_of
+
+
+class Broker:
+    """Runs the broker on one SQLite file, again and again, on one (mock) clock."""
+
+    def __init__(self, path: Path, **config: object) -> None:
+        self.path = str(path / "trioq.db")
+        self.clock = Clock(EPOCH_MS)
+        self.config = Config(port=0, **config)  # type: ignore[arg-type]
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Connect]:
+        store = open_sqlite(self.path)
+        try:
+            async with trio.open_nursery() as nursery:
+                app = App(self.config, store=store, clock=self.clock)
+                await nursery.start(app.run)
+                yield memory_connector(app, nursery)
+                app.shutdown()
+        finally:
+            store.close()
+
+
+async def test_queued_jobs_come_back_in_order(tmp_path: Path, autojump_clock) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        first = await push(client, data={"n": 1})
+        high = await push(client, priority=5)
+        later = await push(client, delay=60_000)
+        second = await push(client, data={"n": 2})
+    async with broker.running() as connect:
+        client = await connect()
+        assert [await state_of(client, i) for i in (first, high, later, second)] == [
+            "waiting", "prioritized", "delayed", "waiting",
+        ]  # fmt: skip
+        reply = await client.call("PULLB", queue="q", count=10)
+        assert [job["id"] for job in reply["jobs"]] == [high, first, second]
+        assert reply["jobs"][1]["data"] == {"n": 1}
+        await trio.sleep(60)
+        assert (await client.call("PULL", queue="q"))["job"]["id"] == later
+
+
+async def test_delayed_job_due_during_downtime_is_ready(tmp_path: Path, autojump_clock) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        job_id = await push(await connect(), delay=5_000)
+    await trio.sleep(10)
+    async with broker.running() as connect:
+        assert await state_of(await connect(), job_id) == "waiting"
+
+
+async def test_finished_jobs_keep_result_error_and_stack(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        done = await push(client)
+        dead = await push(client, maxAttempts=1)
+        await client.call("PULLB", queue="q", count=2)
+        await client.call("ACK", id=done, result={"r": 1})
+        await client.call("FAIL", id=dead, error="boom", stack=["at x"])
+    async with broker.running() as connect:
+        client = await connect()
+        assert (await client.call("GetResult", id=done))["result"] == {"r": 1}
+        job = (await client.call("GetJob", id=dead))["job"]
+        assert (job["state"], job["failedReason"], job["stacktrace"]) == (
+            "failed",
+            "boom",
+            ["at x"],
+        )
+
+
+async def test_dependencies_survive_a_restart(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        parent = await push(client)
+        child = await push(client, dependsOn=[parent])
+    async with broker.running() as connect:
+        client = await connect()
+        assert await state_of(client, child) == "waiting-children"
+        await client.call("PULL", queue="q")
+        await client.call("ACK", id=parent)
+        assert await state_of(client, child) == "waiting"
+
+
+async def test_indexes_survive_a_restart(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        custom = await push(client, jobId="order-7")
+        unique = await push(client, uniqueKey="k")
+    async with broker.running() as connect:
+        client = await connect()
+        assert await push(client, jobId="order-7") == custom
+        assert await push(client, uniqueKey="k") == unique
+        assert (await client.call("Count", queue="q"))["count"] == 2
+
+
+async def test_unleased_active_job_returns_to_waiting_without_an_attempt(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        job_id = await push(client)
+        await client.call("PULL", queue="q", detach=False)
+        detached = await push(client)
+        await client.call("PULL", queue="q", detach=True)
+    async with broker.running() as connect:
+        client = await connect()
+        job = (await client.call("GetJob", id=job_id))["job"]
+        assert (job["state"], job["attempts"], job["startedAt"]) == ("waiting", 0, None)
+        assert await state_of(client, detached) == "active"
+
+
+async def test_leased_job_keeps_its_lease_across_a_restart(tmp_path: Path, autojump_clock) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        job_id = await push(client)
+        token = (await client.call("PULL", queue="q", owner="w", lockTtl=10_000))["token"]
+        other = await push(client)
+        other_token = (await client.call("PULL", queue="q", owner="w", lockTtl=10_000))["token"]
+    async with broker.running() as connect:
+        client = await connect()
+        assert await state_of(client, job_id) == "active"
+        assert (await client.call("ACK", id=job_id, token=token))["ok"] is True
+        await trio.sleep(11)  # the other lease runs out: requeued as a stall
+        job = (await client.call("GetJob", id=other))["job"]
+        assert (job["state"], job["stallCount"]) == ("waiting", 1)
+        late = await client.call("ACK", id=other, token=other_token)
+        assert late["ok"] is False
+
+
+async def test_retention_caps_are_applied_and_persisted(tmp_path: Path) -> None:
+    broker = Broker(tmp_path, keep_completed=2)
+    async with broker.running() as connect:
+        client = await connect()
+        ids = [await push(client) for _ in range(4)]
+        for job_id in ids:
+            await client.call("PULL", queue="q")
+            await client.call("ACK", id=job_id)
+        assert [await state_of(client, i) for i in ids] == ["unknown"] * 2 + ["completed"] * 2
+    store = open_sqlite(broker.path)
+    assert sorted(row.id for row in store.load()) == sorted(ids[2:])
+    store.close()
+
+
+async def test_completed_jobs_expire_by_age(tmp_path: Path, autojump_clock) -> None:
+    broker = Broker(tmp_path, keep_completed_s=60)
+    async with broker.running() as connect:
+        client = await connect()
+        job_id = await push(client)
+        await client.call("PULL", queue="q")
+        await client.call("ACK", id=job_id)
+        await trio.sleep(59)
+        assert await state_of(client, job_id) == "completed"
+        await trio.sleep(2)
+        assert await state_of(client, job_id) == "unknown"
+    async with broker.running() as connect:
+        assert await state_of(await connect(), job_id) == "unknown"
+
+
+async def test_durable_jobs_are_committed_synchronously(nursery: trio.Nursery) -> None:
+    store = MemoryStore()
+    app = App(Config(port=0), store=store, clock=Clock(EPOCH_MS))
+    await nursery.start(app.run)
+    client = await memory_connector(app, nursery)()
+    await push(client)
+    assert (store.commits, store.synced_commits) == (1, 0)
+    durable = await push(client, durable=True)
+    assert (store.commits, store.synced_commits) == (2, 1)
+    assert store.rows[durable].state == "waiting"
+    app.shutdown()

@@ -1,0 +1,79 @@
+"""The store contract, run against every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store import JobRow, MemoryStore, Store, StoreError, open_sqlite
+from store.sqlite import SCHEMA_VERSION
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    backend: Store = (
+        MemoryStore() if request.param == "memory" else open_sqlite(str(tmp_path / "t.db"))
+    )
+    yield backend
+    backend.close()
+
+
+def row(job_id: str, state: str = "waiting", body: bytes = b"\x80") -> JobRow:
+    return JobRow(job_id, "q", state, body)
+
+
+def test_a_new_store_is_empty(store: Store) -> None:
+    assert store.load() == []
+
+
+def test_commit_writes_replaces_and_deletes(store: Store) -> None:
+    store.commit([row("a"), row("b")], [], sync=False)
+    store.commit([row("a", "active", b"\x81\xa1x\x01")], ["b"], sync=True)
+    assert store.load() == [row("a", "active", b"\x81\xa1x\x01")]
+
+
+def test_deleting_an_unknown_id_is_not_an_error(store: Store) -> None:
+    store.commit([], ["ghost"], sync=False)
+    assert store.load() == []
+
+
+def test_a_failed_commit_writes_nothing(store: Store) -> None:
+    store.commit([row("a")], [], sync=False)
+
+    def rows_then_failure() -> Iterator[JobRow]:
+        yield row("b")
+        raise RuntimeError("encoder broke mid-batch")
+
+    with pytest.raises(RuntimeError):
+        store.commit(rows_then_failure(), ["a"], sync=False)
+    assert store.load() == [row("a")]
+
+
+def test_sqlite_rows_survive_reopening(tmp_path: Path) -> None:
+    path = str(tmp_path / "t.db")
+    first = open_sqlite(path)
+    first.commit([row("a"), row("b", "completed", b"\x01")], [], sync=True)
+    first.close()
+    second = open_sqlite(path)
+    assert sorted(second.load()) == [row("a"), row("b", "completed", b"\x01")]
+    second.close()
+
+
+def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
+    import apsw
+
+    path = str(tmp_path / "t.db")
+    db = apsw.Connection(path)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(StoreError, match="newer trioq"):
+        open_sqlite(path)
+
+
+def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="not a trioq database or is corrupt"):
+        open_sqlite(str(path))
