@@ -150,15 +150,25 @@ def poll_until(
 
 
 class BrokerProcess:
-    """A `trioq serve` subprocess on 127.0.0.1 and a free port, stderr kept in a file."""
+    """A `trioq serve` subprocess on 127.0.0.1 and a free port, stderr kept in a file.
 
-    def __init__(self, *args: str, stderr_path: Path, command: list[str] | None = None) -> None:
+    Memory-only unless `data_dir` is given, in which case it persists to SQLite there.
+    """
+
+    def __init__(
+        self,
+        *args: str,
+        stderr_path: Path,
+        command: list[str] | None = None,
+        data_dir: Path | None = None,
+    ) -> None:
         base = command or [sys.executable, "-m", "broker"]
         argv = [*base, "serve", "--host", "127.0.0.1", "--port", "0", "--http-port", "0"]
+        storage = ["--memory"] if data_dir is None else ["--data-dir", str(data_dir)]
         self.stderr_path = stderr_path
         self._stderr = stderr_path.open("wb")
         self.process = subprocess.Popen(
-            [*argv, "--memory", *args],
+            [*argv, *storage, *args],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
@@ -198,6 +208,11 @@ class BrokerProcess:
     def send_signal(self, signum: int = signal.SIGTERM) -> None:
         self.process.send_signal(signum)
 
+    def kill_hard(self, timeout: float = 10.0) -> int:
+        """SIGKILL the process (no cleanup runs in it) and reap it; returns the exit status."""
+        self.process.kill()
+        return self.process.wait(timeout=timeout)
+
     def wait(self, timeout: float) -> int:
         return self.process.wait(timeout=timeout)
 
@@ -222,13 +237,16 @@ BrokerFactory = Callable[..., BrokerProcess]
 
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
-    """Start private trioq processes (`factory(*extra_args)`); all are stopped at teardown."""
+    """Start private trioq processes (`factory(*extra_args, data_dir=None)`); all are stopped
+    at teardown. Memory-only unless `data_dir` names a directory for the SQLite store."""
     started: list[BrokerProcess] = []
     counter = itertools.count(1)
 
-    def start(*args: str, command: list[str] | None = None) -> BrokerProcess:
+    def start(
+        *args: str, command: list[str] | None = None, data_dir: Path | None = None
+    ) -> BrokerProcess:
         path = tmp_path / f"broker-{next(counter)}.stderr"
-        broker = BrokerProcess(*args, stderr_path=path, command=command)
+        broker = BrokerProcess(*args, stderr_path=path, command=command, data_dir=data_dir)
         started.append(broker)
         return broker
 
