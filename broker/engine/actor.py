@@ -6,9 +6,9 @@ the pass's changes in one transaction, and only then releases the pass's replies
 until the next timer deadline when idle. A full inbox makes connection readers wait, which
 pushes back on clients through TCP.
 
-With a store, the actor gives the readers one scheduler round before each pass, so what they
-decode meanwhile shares the pass and its transaction (group commit). Without a store a pass
-has nothing to wait for, and an idle actor lets a connection run its batch inline.
+Everything waiting in the inbox when a pass starts shares that pass and its transaction
+(group commit). Without a store a pass has nothing to wait for, and an idle actor lets a
+connection run its batch inline.
 """
 
 from __future__ import annotations
@@ -95,10 +95,6 @@ class EngineActor:
                     await self._wait_for_work(items)
                 except trio.EndOfChannel:
                     return
-                if self.store is not None:
-                    # One scheduler round for the readers first: what they decode now joins
-                    # this pass and its transaction (group commit) instead of paying its own.
-                    await trio.lowlevel.cancel_shielded_checkpoint()
                 while len(items) < MAX_BATCHES_PER_PASS:
                     try:
                         items.append(receive.receive_nowait())
