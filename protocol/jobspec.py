@@ -10,6 +10,7 @@ and handed back verbatim, which is both faster and exactly "untouched".
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import msgspec
@@ -185,11 +186,25 @@ class JobFields(msgspec.Struct, kw_only=True):
     debounceTtl: Any = None
     timestamp: Any = None
 
-    # Filled in by normalisation (not wire fields).
+    # Filled in by normalisation (whatever a client sends here is overwritten).
     backoffConfig: Any = None
+    optionsGiven: Any = None
 
     def __post_init__(self) -> None:
         self._check_data()
+        if _options_of(self).count(None) == len(OPTION_FIELDS):
+            # The common job sets no option at all: apply the defaults and skip every check.
+            self.optionsGiven = False
+            self.priority = 0
+            self.delay = 0
+            self.maxAttempts = DEFAULT_MAX_ATTEMPTS
+            self.backoff = DEFAULT_BACKOFF_MS
+            self.stackTraceLimit = DEFAULT_STACK_TRACE_LIMIT
+            self.dedup = NO_DEDUP
+            self.backoffConfig = None
+            return
+        self.optionsGiven = True
+        self.backoffConfig = None
         self._check_numbers()
         self._check_strings_and_flags()
 
@@ -279,6 +294,12 @@ class JobFields(msgspec.Struct, kw_only=True):
             self.dedup = {"ttl": ttl, "extend": extend, "replace": replace}
 
 
+OPTION_FIELDS = tuple(
+    name
+    for name in JobFields.__struct_fields__
+    if name not in ("name", "data", "backoffConfig", "optionsGiven")
+)
+_options_of = operator.attrgetter(*OPTION_FIELDS)
 _OPTIONAL_FINITE = ("stallTimeout", "keepLogs", "sizeLimit")
 _OPTIONAL_STRINGS = ("uniqueKey", "parentId", "debounceId")
 _STRING_LISTS = ("dependsOn", "tags", "childrenIds")

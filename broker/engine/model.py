@@ -187,6 +187,9 @@ class Job:
 
 def job_from_push(fields: Any, queue: str, job_id: str, custom_id: str | None, now: float) -> Job:
     """Build a Job from validated PUSH/PUSHB fields (protocol.jobspec.JobFields)."""
+    if not fields.optionsGiven:  # every option at its default: the Job's defaults are the same
+        name, data = fields.name, fields.data
+        return Job(job_id, queue, name, data, now, now, custom_id=custom_id, last_heartbeat=now)
     created = fields.timestamp if fields.timestamp is not None else now
     dedup = fields.dedup
     return Job(
