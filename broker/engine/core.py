@@ -26,6 +26,12 @@ log = logging.getLogger(__name__)
 Reply = dict[str, Any]
 
 
+def drop_answered(waiters: Any) -> None:
+    """Remove answered (or orphaned) long polls from the front of a queue's waiters."""
+    while waiters and (waiters[0].done or waiters[0].session.closed):
+        waiters.popleft()
+
+
 class Engine:
     """The broker's single writer: executes commands against EngineState."""
 
@@ -73,6 +79,9 @@ class Engine:
             if not waiter.done:
                 waiter.done = True
                 waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)
+                # Answered polls leave the queue's deque from the front (timeouts expire
+                # roughly in arrival order), so an idle queue polled forever stays small.
+                drop_answered(self.state.queue(waiter.command.queue).waiters)
         dirty = self.state.dirty_queues
         while dirty:
             self._serve_waiters(dirty.pop(), now)
@@ -222,8 +231,7 @@ class Engine:
             waiter.done = True
             jobs, tokens = self._claim(queue, waiter, now)
             waiter.session.reply(self._pulled(waiter, jobs, tokens), waiter.req_id)
-        while waiters and (waiters[0].done or waiters[0].session.closed):
-            waiters.popleft()
+        drop_answered(waiters)
 
     # -- settle --------------------------------------------------------------------------------
 

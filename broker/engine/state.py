@@ -6,7 +6,12 @@ the structures that depend on a state (ready heap, timer wheel, lease, holder) a
 to it. Handlers check everything first and mutate after, so an error leaves state untouched.
 
 Retention. Completed and failed jobs are kept (for GetJob, GetResult, jobId idempotency and
-dependency checks) up to a count cap each; the oldest are then forgotten.
+dependency checks) up to a count and an age each; older ones are forgotten (and deleted from
+the store), driven by the timer wheel rather than a sweep.
+
+Persistence. With `tracking` on, every job that enters a state (or renews its lease) is
+recorded in `changed` and every forgotten one in `deleted`; the actor writes both once per
+pass.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from .model import (
     DELAYED,
     FAILED,
     PRIORITIZED,
-    QUEUED_STATES,
     WAITING,
     WAITING_CHILDREN,
     Job,
@@ -365,10 +369,8 @@ class EngineState:
         job.attempts += 1
         job.stall_count += 1
         if job.stall_count >= MAX_STALLS:
-            self.fail(job, now, f"Lock expired: job stalled {job.stall_count} times", False)
+            reason = f"Lock expired: job stalled {job.stall_count} times"
+            self.fail(job, now, reason, job.remove_on_fail)
         else:
             self.requeue(job, now)
 
-    def is_queued(self, job: Job) -> bool:
-        """Whether the job waits in a queue (waiting, prioritized or delayed)."""
-        return job.state in QUEUED_STATES

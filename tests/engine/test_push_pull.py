@@ -248,3 +248,9 @@ async def test_counts_by_state(client: FrameClient) -> None:
         "failed": 0, "waiting-children": 0, "paused": 0,
     }  # fmt: skip
     assert (await client.call("Count", queue="c"))["count"] == 3
+
+
+async def test_timed_out_polls_do_not_pile_up(client: FrameClient, app, autojump_clock) -> None:
+    for _ in range(100):
+        assert (await client.call("PULLB", queue="idle", count=5, timeout=1000))["jobs"] == []
+    assert len(app.actor.engine.state.queue("idle").waiters) == 0
