@@ -30,7 +30,7 @@ test: lint
 	$(BIN)/pytest -q
 
 bench: $(BIN)/.installed-test
-	$(BIN)/python -m benchmarks --compare
+	$(BIN)/python -m benchmarks --compare --modes memory,sqlite
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -14,13 +14,14 @@ from typing import Any, Union
 
 import msgspec
 
-from .commands import COMMAND_NAMES, WIRE_COMMANDS
+from .commands import COMMAND_NAMES, WIRE_COMMANDS, PushBatchItems
 from .errors import CommandError
 from .extensions import ext_hook
 
 _AnyCommand = Union[WIRE_COMMANDS]  # type: ignore[valid-type]  # noqa: UP007
 _decode_command = msgspec.msgpack.Decoder(_AnyCommand, ext_hook=ext_hook).decode
 _decode_any = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode
+_decode_pushb_items = msgspec.msgpack.Decoder(PushBatchItems, ext_hook=ext_hook).decode
 _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode
 
@@ -75,6 +76,8 @@ def explain_rejection(payload: bytes) -> Rejected:
     if not isinstance(cmd, str) or cmd not in COMMAND_NAMES:
         return Rejected(req_id, f"Unknown command: {cmd}")
     try:
+        if cmd == "PUSHB":  # the queue, then each item by index (`jobs[i]: ...`)
+            _decode_pushb_items(payload)
         _decode_command(payload)
     except CommandError as exc:
         return Rejected(req_id, str(exc))

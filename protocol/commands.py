@@ -104,16 +104,33 @@ def decode_items(raw_items: list[msgspec.Raw]) -> list[PushItem]:
 
 
 class PushBatch(Command, tag="PUSHB"):
-    """Add many jobs to one queue, all or nothing; `jobs` becomes a list of PushItem."""
+    """Add many jobs to one queue, all or nothing.
+
+    The items are decoded and validated in the same pass as the command (one C-level loop).
+    An error there carries no index, so the slow path decodes the frame again as
+    `PushBatchItems` to word it `jobs[i]: ...`.
+    """
 
     queue: Any = None
-    jobs: list[msgspec.Raw] | None = None
+    jobs: list[PushItem] | None = None
 
     def __post_init__(self) -> None:
         self.queue = queue_name(self.queue)
         if self.jobs is None:
             raise CommandError("jobs must be an array")
-        self.jobs = decode_items(self.jobs)  # type: ignore[assignment]
+
+
+class PushBatchItems(msgspec.Struct):
+    """PUSHB with its items kept raw, to find which item is invalid (the slow path)."""
+
+    queue: Any = None
+    jobs: list[msgspec.Raw] | None = None
+
+    def __post_init__(self) -> None:
+        queue_name(self.queue)
+        if self.jobs is None:
+            raise CommandError("jobs must be an array")
+        decode_items(self.jobs)
 
 
 def poll_timeout(value: Any) -> float | int:

@@ -10,7 +10,6 @@ and handed back verbatim, which is both faster and exactly "untouched".
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any
 
 import msgspec
@@ -192,7 +191,7 @@ class JobFields(msgspec.Struct, kw_only=True):
 
     def __post_init__(self) -> None:
         self._check_data()
-        if _options_of(self).count(None) == len(OPTION_FIELDS):
+        if msgspec.structs.astuple(self)[option_slice(type(self))].count(None) == _OPTION_COUNT:
             # The common job sets no option at all: apply the defaults and skip every check.
             self.optionsGiven = False
             self.priority = 0
@@ -299,7 +298,21 @@ OPTION_FIELDS = tuple(
     for name in JobFields.__struct_fields__
     if name not in ("name", "data", "backoffConfig", "optionsGiven")
 )
-_options_of = operator.attrgetter(*OPTION_FIELDS)
+_OPTION_COUNT = len(OPTION_FIELDS)
+_option_slices: dict[type, slice] = {}
+
+
+def option_slice(cls: type) -> slice:
+    """Where the option fields sit in `astuple` of a JobFields subclass (they are contiguous:
+    subclasses put their own fields first), so "no option given" is one C-level count."""
+    found = _option_slices.get(cls)
+    if found is None:
+        fields = cls.__struct_fields__  # type: ignore[attr-defined]
+        start = fields.index(OPTION_FIELDS[0])
+        assert fields[start : start + _OPTION_COUNT] == OPTION_FIELDS, "option fields moved"
+        found = _option_slices[cls] = slice(start, start + _OPTION_COUNT)
+    return found
+
 _OPTIONAL_FINITE = ("stallTimeout", "keepLogs", "sizeLimit")
 _OPTIONAL_STRINGS = ("uniqueKey", "parentId", "debounceId")
 _STRING_LISTS = ("dependsOn", "tags", "childrenIds")
