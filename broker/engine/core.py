@@ -17,7 +17,16 @@ from protocol import commands as cmd
 
 from . import errors
 from .errors import EngineError
-from .model import ACTIVE, COMPLETED, COUNTED_STATES, UNKNOWN, Job, job_from_push, uuid7
+from .model import (
+    ACTIVE,
+    COMPLETED,
+    COUNTED_STATES,
+    UNKNOWN,
+    Job,
+    job_from_push,
+    uuid7,
+    uuid7s,
+)
 from .queues import QueueState, Waiter
 from .state import POLL, EngineState
 from .workers import WorkerRegistry
@@ -141,6 +150,7 @@ class Engine:
         ids: list[str] = []
         created: list[Job] = []
         taken: dict[str, str] = {}
+        fresh = iter(uuid7s(len(items)))
         for item in items:
             existing = self._existing_id(queue, item, item.customId)
             if existing is None and item.customId is not None:
@@ -150,7 +160,7 @@ class Engine:
             if existing is not None:
                 ids.append(existing)
                 continue
-            job = self._new_job(queue, item, item.customId, now)
+            job = job_from_push(item, queue, item.customId or next(fresh), item.customId, now)
             if item.customId is not None:
                 taken[item.customId] = job.id
             if item.uniqueKey is not None:
