@@ -205,18 +205,14 @@ class Engine:
 
     def _claim(self, queue: QueueState, waiter: Waiter, now: float) -> tuple[list[Job], list]:
         command = waiter.command
-        session = waiter.session
-        hold = command.owner is None and not command.detach
+        holder = waiter.session if command.owner is None and not command.detach else None
         jobs: list[Job] = []
         tokens: list[str | None] = []
         for _ in range(waiter.count):
             job = queue.pop_ready()
             if job is None:
                 break
-            tokens.append(self.state.claim(job, now, command.owner, command.lockTtl))
-            if hold:
-                job.holder = session
-                session.held.add(job.id)
+            tokens.append(self.state.claim(job, now, command.owner, command.lockTtl, holder))
             jobs.append(job)
         return jobs, tokens
 

@@ -127,13 +127,13 @@ class EngineState:
 
     # -- transitions ---------------------------------------------------------------------------
 
-    def _enter(self, job: Job, state: str) -> None:
+    def _enter(self, job: Job, state: str, persist: bool = True) -> None:
         counts = self.queue(job.queue).counts
         if job.state in counts and job.id in self.jobs:
             counts[job.state] -= 1
         job.state = state
         counts[state] += 1
-        if self.tracking:
+        if persist and self.tracking:
             self.changed[job.id] = job
 
     def take_changes(self) -> tuple[list[Job], list[str], bool]:
@@ -234,9 +234,19 @@ class EngineState:
         if queue.waiters:
             self.dirty_queues.add(queue)
 
-    def claim(self, job: Job, now: float, owner: str | None, lock_ttl: float) -> str | None:
-        """Make a popped ready job active; returns the lease token when `owner` is given."""
-        self._enter(job, ACTIVE)
+    def claim(
+        self, job: Job, now: float, owner: str | None, lock_ttl: float, holder: Any = None
+    ) -> str | None:
+        """Make a popped ready job active; returns the lease token when `owner` is given.
+
+        A job claimed for a connection (`holder`, no lease) is not written to the store: after
+        a restart its stored waiting row gives exactly what a written active row would (back
+        to waiting, no attempt spent), so the write would buy nothing.
+        """
+        if holder is not None:
+            job.holder = holder
+            holder.held.add(job.id)
+        self._enter(job, ACTIVE, persist=holder is None)
         job.started_at = now
         job.last_heartbeat = now
         if owner is None:
