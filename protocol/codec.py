@@ -14,11 +14,14 @@ from typing import Any, Union
 
 import msgspec
 
-from .commands import COMMAND_NAMES, WIRE_COMMANDS, PushBatchItems
+from .commands import WIRE_COMMANDS, PushBatchItems
 from .errors import CommandError
 from .extensions import ext_hook
+from .lifecycle import LIFECYCLE_COMMANDS
 
-_AnyCommand = Union[WIRE_COMMANDS]  # type: ignore[valid-type]  # noqa: UP007
+ALL_COMMANDS = WIRE_COMMANDS + LIFECYCLE_COMMANDS
+COMMAND_NAMES = frozenset(cls.__struct_config__.tag for cls in ALL_COMMANDS)
+_AnyCommand = Union[ALL_COMMANDS]  # type: ignore[valid-type]  # noqa: UP007
 _decode_command = msgspec.msgpack.Decoder(_AnyCommand, ext_hook=ext_hook).decode
 _decode_any = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode
 _decode_pushb_items = msgspec.msgpack.Decoder(PushBatchItems, ext_hook=ext_hook).decode

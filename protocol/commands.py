@@ -377,4 +377,3 @@ WIRE_COMMANDS: tuple[type[msgspec.Struct], ...] = (
     Heartbeat,
     ListWorkers,
 )
-COMMAND_NAMES = frozenset(cls.__struct_config__.tag for cls in WIRE_COMMANDS)

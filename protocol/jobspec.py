@@ -122,6 +122,14 @@ def dedup_options(value: Any) -> tuple[float | int | None, bool, bool]:
     )
 
 
+def check_group_priority(priority: float) -> None:
+    """With a group, priority is an integer from 0 (first) through 2,097,151."""
+    if not isinstance(priority, int):
+        raise CommandError("priority must be an integer when groupId is set")
+    at_least(priority, 0, "priority")
+    at_most(priority, MAX_GROUP_PRIORITY, "priority")
+
+
 def check_payload(raw: bytes, field: str) -> None:
     """Refuse a payload that would not decode for the workers (e.g. a string that is not UTF-8).
 
@@ -263,12 +271,8 @@ class JobFields(msgspec.Struct, kw_only=True):
 
     def _priority(self) -> float | int:
         value = finite(self.priority, "priority")
-        if self.groupId is None:
-            return value
-        if not isinstance(value, int):
-            raise CommandError("priority must be an integer when groupId is set")
-        at_least(value, 0, "priority")
-        at_most(value, MAX_GROUP_PRIORITY, "priority")
+        if self.groupId is not None:
+            check_group_priority(value)
         return value
 
     def _check_strings_and_flags(self) -> None:
@@ -312,6 +316,7 @@ def option_slice(cls: type) -> slice:
         assert fields[start : start + _OPTION_COUNT] == OPTION_FIELDS, "option fields moved"
         found = _option_slices[cls] = slice(start, start + _OPTION_COUNT)
     return found
+
 
 _OPTIONAL_FINITE = ("stallTimeout", "keepLogs", "sizeLimit")
 _OPTIONAL_STRINGS = ("uniqueKey", "parentId", "debounceId")

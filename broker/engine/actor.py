@@ -7,8 +7,7 @@ until the next timer deadline when idle. A full inbox makes connection readers w
 pushes back on clients through TCP.
 
 Everything waiting in the inbox when a pass starts shares that pass and its transaction
-(group commit). Without a store a pass has nothing to wait for, and an idle actor lets a
-connection run its batch inline.
+(group commit). An idle actor lets a connection run its batch inline (see submit_inline).
 """
 
 from __future__ import annotations
@@ -107,20 +106,17 @@ class EngineActor:
     def submit_inline(self, batch: Batch) -> bool:
         """Run `batch` at once in the caller's task if the actor is idle; else return False.
 
-        Memory mode only. When the actor is parked on an empty inbox nothing else can be
-        touching the engine (Trio is cooperative and a pass never awaits), so the caller may
+        When the actor is parked on an empty inbox nothing else can be touching the engine
+        (Trio is cooperative and a pass, commit included, never awaits), so the caller may
         lend it its own time slice: the pass is the same pass, in the same order, and it saves
         a task switch and a scheduler round per command. If the pass armed an earlier timer
         than the one the actor sleeps on, the actor is woken to re-arm.
         """
         armed = self._armed_deadline
-        if (
-            self.store is not None
-            or armed is None
-            or self._receive.statistics().current_buffer_used
-        ):
+        if armed is None or self._receive.statistics().current_buffer_used:
             return False
         self._execute([batch])
+        self._commit()
         self._release()
         if self.engine.next_deadline() < armed:
             self._armed_deadline = None

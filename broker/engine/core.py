@@ -13,10 +13,12 @@ from typing import Any
 
 import msgspec
 
+from protocol import CommandError
 from protocol import commands as cmd
 
 from . import errors
 from .errors import EngineError
+from .lifecycle import LifecycleHandlers
 from .model import (
     ACTIVE,
     COMPLETED,
@@ -28,7 +30,7 @@ from .model import (
     uuid7s,
 )
 from .queues import QueueState, Waiter
-from .state import POLL, EngineState
+from .state import POLL, WAIT_JOB, EngineState
 from .workers import WorkerRegistry
 
 log = logging.getLogger(__name__)
@@ -41,12 +43,13 @@ def drop_answered(waiters: Any) -> None:
         waiters.popleft()
 
 
-class Engine:
+class Engine(LifecycleHandlers):
     """The broker's single writer: executes commands against EngineState."""
 
     def __init__(self, state: EngineState | None = None) -> None:
         self.state = state if state is not None else EngineState()
         self.workers = WorkerRegistry()
+        self.job_waiters: dict[str, list[tuple[Any, Any]]] = {}
         self._handlers: dict[type, Any] = {
             cmd.Push: self.push,
             cmd.PushBatch: self.push_batch,
@@ -66,6 +69,7 @@ class Engine:
             cmd.UnregisterWorker: self.workers.unregister,
             cmd.Heartbeat: self.workers.heartbeat,
             cmd.ListWorkers: self.workers.list,
+            **self.lifecycle_handlers(),
         }
 
     # -- the actor's entry points --------------------------------------------------------------
@@ -74,7 +78,7 @@ class Engine:
         """Run one command and send its reply to `session` (unless it was parked)."""
         try:
             reply = self._handlers[type(command)](session, command, now)
-        except EngineError as exc:
+        except (EngineError, CommandError) as exc:
             reply = {"ok": False, "error": str(exc)}
         except Exception:  # a bug must cost one command, not the broker
             log.exception("command %s failed", type(command).__name__)
@@ -84,7 +88,11 @@ class Engine:
 
     def tick(self, now: float) -> None:
         """Fire due timers and answer long polls that can now be served or have timed out."""
-        for waiter in self.state.fire_timers(now):
+        for kind, target in self.state.fire_timers(now):
+            if kind == WAIT_JOB:
+                self.wait_timed_out(target)
+                continue
+            waiter = target
             if not waiter.done:
                 waiter.done = True
                 waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)
@@ -94,6 +102,7 @@ class Engine:
         dirty = self.state.dirty_queues
         while dirty:
             self._serve_waiters(dirty.pop(), now)
+        self.answer_job_waiters()
 
     def answer_parked(self) -> None:
         """Answer every parked long poll with no job (the broker is shutting down)."""

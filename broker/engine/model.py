@@ -152,6 +152,9 @@ class Job:
     lock_expires_at: float = 0
     holder: Any = None
 
+    # Fields added later go here, at the end: stored rows are positional (records.py).
+    logs: list[dict[str, Any]] | None = None
+
     def reported_state(self) -> str:
         """The state a client sees (the internal names are the reported ones)."""
         return self.state

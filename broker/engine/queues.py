@@ -36,6 +36,7 @@ class QueueState:
     name: str
     ready: list[tuple[Any, ...]] = attrs.Factory(list)
     waiters: deque[Waiter] = attrs.Factory(deque)
+    delayed: set[Job] = attrs.Factory(set)
     counts: dict[str, int] = attrs.Factory(lambda: dict.fromkeys(COUNTED_STATES, 0))
 
     def push_ready(self, job: Job, seq: int) -> None:

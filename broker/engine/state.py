@@ -41,6 +41,7 @@ LEASE = "lease"
 PROMOTE = "promote"
 POLL = "poll"
 RETENTION = "retention"
+WAIT_JOB = "wait-job"
 
 
 def retry_delay(job: Job) -> float:
@@ -111,6 +112,8 @@ class EngineState:
         self.tracking = False
         self.changed: dict[str, Job] = {}
         self.deleted: set[str] = set()
+        # Jobs that completed, failed or were removed since the engine last looked (WaitJob).
+        self.finished: list[Job] = []
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -128,11 +131,17 @@ class EngineState:
     # -- transitions ---------------------------------------------------------------------------
 
     def _enter(self, job: Job, state: str, persist: bool = True) -> None:
-        counts = self.queue(job.queue).counts
-        if job.state in counts and job.id in self.jobs:
-            counts[job.state] -= 1
+        queue = self.queue(job.queue)
+        counts = queue.counts
+        old = job.state
+        if old in counts and job.id in self.jobs:
+            counts[old] -= 1
+            if old == DELAYED:
+                queue.delayed.discard(job)
         job.state = state
         counts[state] += 1
+        if state == DELAYED:
+            queue.delayed.add(job)
         if persist and self.tracking:
             self.changed[job.id] = job
 
@@ -263,9 +272,45 @@ class EngineState:
         """Extend an active job's lease to `now + ttl` (a ttl of 0 or less ends it now)."""
         job.lock_ttl = ttl
         job.lock_expires_at = now + ttl
+        job.last_heartbeat = now
         self.wheel.schedule(job.lock_expires_at, LEASE, job, job.lock_token)
+        self.touch(job)
+
+    def touch(self, job: Job) -> None:
+        """Record a change to a job that did not change its state (for the store)."""
         if self.tracking:
             self.changed[job.id] = job
+
+    def release(self, job: Job, now: float, run_at: float) -> None:
+        """Put an active job back in its queue, to run at `run_at` (MoveToWait, ChangeDelay)."""
+        self._end_activity(job)
+        job.started_at = None
+        job.run_at = run_at
+        self.schedule(job, now)
+
+    def reschedule(self, job: Job, now: float, run_at: float) -> None:
+        """Move a queued job's run time (ready or delayed, by the new time)."""
+        job.run_at = run_at
+        job.timer_token += 1  # a pending promotion timer no longer applies
+        self.schedule(job, now)
+
+    def revive(self, job: Job, now: float) -> None:
+        """A failed job goes back to waiting with a fresh budget (retry from the DLQ)."""
+        job.attempts = 0
+        job.stall_count = 0
+        job.completed_at = None
+        job.failed_reason = None
+        job.stacktrace = None
+        job.run_at = now
+        if job.unique_key is not None:
+            self.unique_keys.setdefault((job.queue, job.unique_key), job.id)
+        self.make_ready(job)
+
+    def remove(self, job: Job) -> None:
+        """Forget a job that has not finished (Cancel)."""
+        self._end_activity(job)
+        self._release_unique(job)
+        self._forget(job)
 
     def _end_activity(self, job: Job) -> None:
         job.lock_token = None
@@ -293,6 +338,7 @@ class EngineState:
             job.result = result
             job.progress = 100
             self._enter(job, COMPLETED)
+            self.finished.append(job)
             self._retain(self.completed, job, now)
         self._release_dependents(job, now)
 
@@ -313,6 +359,7 @@ class EngineState:
             return
         job.completed_at = now
         self._enter(job, FAILED)
+        self.finished.append(job)
         self._retain(self.failed, job, now)
 
     def _release_unique(self, job: Job) -> None:
@@ -344,9 +391,11 @@ class EngineState:
             self.wheel.schedule(expiry, RETENTION, retention)
 
     def _forget(self, job: Job) -> None:
-        counts = self.queue(job.queue).counts
-        if job.state in counts:
-            counts[job.state] -= 1
+        queue = self.queue(job.queue)
+        if job.state in queue.counts:
+            queue.counts[job.state] -= 1
+        queue.delayed.discard(job)
+        self.finished.append(job)
         job.state = ""
         del self.jobs[job.id]
         if self.tracking:
@@ -355,9 +404,10 @@ class EngineState:
 
     # -- timers --------------------------------------------------------------------------------
 
-    def fire_timers(self, now: float) -> list[Any]:
-        """Apply every due delay and lease expiry; returns the due long-poll waiters."""
-        expired_polls = []
+    def fire_timers(self, now: float) -> list[tuple[str, Any]]:
+        """Apply every due delay, lease expiry and retention limit; returns the due timers
+        that are the engine's to answer (long polls and WaitJob), as (kind, target)."""
+        for_engine: list[tuple[str, Any]] = []
         for timer in self.wheel.pop_due(now):
             job = timer.target
             if timer.kind == PROMOTE:
@@ -369,11 +419,11 @@ class EngineState:
                 current = job.state == ACTIVE and job.lock_token == timer.token
                 if current and now >= job.lock_expires_at:
                     self._lease_expired(job, now)
-            elif timer.kind == POLL:
-                expired_polls.append(timer.target)
             elif timer.kind == RETENTION:
                 self.expire_retained(timer.target, now)
-        return expired_polls
+            else:
+                for_engine.append((timer.kind, timer.target))
+        return for_engine
 
     def _lease_expired(self, job: Job, now: float) -> None:
         job.attempts += 1
@@ -383,4 +433,3 @@ class EngineState:
             self.fail(job, now, reason, job.remove_on_fail)
         else:
             self.requeue(job, now)
-

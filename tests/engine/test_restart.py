@@ -187,3 +187,18 @@ async def test_durable_jobs_are_committed_synchronously(nursery: trio.Nursery) -
     assert (store.commits, store.synced_commits) == (2, 1)
     assert store.rows[durable].state == "waiting"
     app.shutdown()
+
+
+async def test_logs_survive_a_restart(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        job_id = await push(client)
+        await client.call("AddLog", id=job_id, message="started", level="info")
+        await client.call("AddLog", id=job_id, message="careful", level="warn")
+    async with broker.running() as connect:
+        data = (await (await connect()).call("GetLogs", id=job_id))["data"]
+        assert [(e["message"], e["level"]) for e in data["logs"]] == [
+            ("started", "info"),
+            ("careful", "warn"),
+        ]

@@ -1,0 +1,289 @@
+"""Handlers for the rest of a job's life: logs, leases, transitions, progress, WaitJob.
+
+A mixin of Engine (it uses the engine's state and its lease check); each handler checks
+first and mutates after, like the core handlers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol import lifecycle as cmd
+from protocol.jobspec import check_group_priority
+
+from .errors import EngineError
+from .model import (
+    ACTIVE,
+    COMPLETED,
+    DELAYED,
+    FAILED,
+    QUEUED_STATES,
+    READY_STATES,
+    UNKNOWN,
+    WAITING_CHILDREN,
+    Job,
+)
+from .state import WAIT_JOB, EngineState
+
+MAX_LOGS = 100
+LOCK_INVALID = "Lock not found or invalid token"
+Reply = dict[str, Any]
+
+
+class LifecycleHandlers:
+    """Logs, leases, transitions, progress and WaitJob (mixed into Engine)."""
+
+    state: EngineState
+    job_waiters: dict[str, list[tuple[Any, Any]]]
+
+    def _active_job(self, job_id: str, token: str | None) -> Job:  # provided by Engine
+        raise NotImplementedError
+
+    def lifecycle_handlers(self) -> dict[type, Any]:
+        """Command type -> handler, for the engine's dispatch table."""
+        return {
+            cmd.AddLog: self.add_log,
+            cmd.GetLogs: self.get_logs,
+            cmd.ClearLogs: self.clear_logs,
+            cmd.ExtendLock: self.extend_lock,
+            cmd.ExtendLocks: self.extend_locks,
+            cmd.ChangeDelay: self.change_delay,
+            cmd.MoveToDelayed: self.move_to_delayed,
+            cmd.MoveToWait: self.move_to_wait,
+            cmd.Promote: self.promote,
+            cmd.PromoteJobs: self.promote_jobs,
+            cmd.ChangePriority: self.change_priority,
+            cmd.Update: self.update,
+            cmd.Progress: self.progress,
+            cmd.GetProgress: self.get_progress,
+            cmd.Cancel: self.cancel,
+            cmd.Discard: self.discard,
+            cmd.WaitJob: self.wait_job,
+        }
+
+    def _job(self, job_id: str, error: str) -> Job:
+        job = self.state.jobs.get(job_id)
+        if job is None:
+            raise EngineError(error)
+        return job
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def add_log(self, session: Any, command: cmd.AddLog, now: float) -> Reply:
+        """AddLog: keep at most 100 lines (or the job's keepLogs), oldest dropped."""
+        job = self._job(command.id, "Job not found")
+        logs = job.logs if job.logs is not None else []
+        logs.append({"message": command.message, "level": command.level, "timestamp": now})
+        cap = MAX_LOGS
+        if job.keep_logs is not None and job.keep_logs >= 0:
+            cap = min(cap, int(job.keep_logs))
+        if len(logs) > cap:
+            del logs[: len(logs) - cap]  # the oldest go
+        job.logs = logs
+        self.state.touch(job)
+        return {"ok": True, "data": {"added": True}}
+
+    def get_logs(self, session: Any, command: cmd.GetLogs, now: float) -> Reply:
+        """GetLogs: lines `start`..`end` (inclusive, negative from the end) and the total."""
+        job = self.state.jobs.get(command.id)
+        logs = (job.logs or []) if job is not None else []
+        start = 0 if command.start is None else command.start
+        if command.end is None or command.end == -1:
+            page = logs[start:]
+        else:
+            page = logs[start : command.end + 1]
+        return {"ok": True, "data": {"logs": page, "count": len(logs)}}
+
+    def clear_logs(self, session: Any, command: cmd.ClearLogs, now: float) -> Reply:
+        """ClearLogs: keep the newest `keepLogs` lines (0: none); unknown jobs are a no-op."""
+        job = self.state.jobs.get(command.id)
+        if job is not None and job.logs:
+            keep = command.keepLogs
+            job.logs = job.logs[-keep:] if keep else []
+            self.state.touch(job)
+        return {"ok": True}
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def _leased(self, job_id: str, token: str | None) -> Job | None:
+        job = self.state.jobs.get(job_id)
+        if job is None or job.state != ACTIVE or job.lock_token is None:
+            return None
+        if token is not None and token != job.lock_token:
+            return None
+        return job
+
+    def extend_lock(self, session: Any, command: cmd.ExtendLock, now: float) -> Reply:
+        """ExtendLock: the lease runs `duration` ms from now (omitted: its current TTL)."""
+        job = self._leased(command.id, command.token)
+        if job is None:
+            raise EngineError(LOCK_INVALID)
+        ttl = job.lock_ttl if command.duration is None else command.duration
+        self.state.renew_lease(job, now, ttl)
+        return {"ok": True}
+
+    def extend_locks(self, session: Any, command: cmd.ExtendLocks, now: float) -> Reply:
+        """ExtendLocks: how many of the leases were extended."""
+        count = 0
+        for job_id, token, duration in zip(
+            command.ids, command.tokens, command.durations, strict=True
+        ):
+            job = self._leased(job_id, token)
+            if job is not None:
+                self.state.renew_lease(job, now, job.lock_ttl if duration is None else duration)
+                count += 1
+        return {"ok": True, "count": count}
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def change_delay(self, session: Any, command: cmd.ChangeDelay, now: float) -> Reply:
+        """ChangeDelay: a queued job runs `delay` ms from now; an active one goes back."""
+        job = self.state.jobs.get(command.id)
+        if job is not None and job.state == ACTIVE:
+            self._active_job(command.id, command.token)
+            self.state.release(job, now, now + command.delay)
+            return {"ok": True}
+        if job is None or job.state not in QUEUED_STATES:
+            raise EngineError("Job not found or cannot change delay")
+        self.state.reschedule(job, now, now + command.delay)
+        return {"ok": True}
+
+    def move_to_delayed(self, session: Any, command: cmd.MoveToDelayed, now: float) -> Reply:
+        """MoveToDelayed: an active job goes back, to run `delay` ms from now."""
+        job = self.state.jobs.get(command.id)
+        if job is None or job.state != ACTIVE:
+            raise EngineError("Job not found or not active")
+        self._active_job(command.id, command.token)
+        self.state.release(job, now, now + command.delay)
+        return {"ok": True}
+
+    def move_to_wait(self, session: Any, command: cmd.MoveToWait, now: float) -> Reply:
+        """MoveToWait: active -> waiting (token if leased), delayed -> ready, failed -> retried."""
+        job = self.state.jobs.get(command.id)
+        state = job.state if job is not None else UNKNOWN
+        if job is None or state not in (ACTIVE, DELAYED, FAILED, *READY_STATES):
+            raise EngineError(f"Cannot move job from state '{state}' to waiting")
+        if state == ACTIVE:
+            self._active_job(command.id, command.token)
+            self.state.release(job, now, now)
+        elif state == DELAYED:
+            self.state.reschedule(job, now, now)
+        elif state == FAILED:
+            self.state.revive(job, now)
+        return {"ok": True}
+
+    def promote(self, session: Any, command: cmd.Promote, now: float) -> Reply:
+        """Promote: a delayed job is ready now."""
+        job = self.state.jobs.get(command.id)
+        if job is None or job.state != DELAYED:
+            raise EngineError("Job not found or not delayed")
+        self.state.reschedule(job, now, now)
+        return {"ok": True}
+
+    def promote_jobs(self, session: Any, command: cmd.PromoteJobs, now: float) -> Reply:
+        """PromoteJobs: the queue's delayed jobs (soonest first, up to `count`) are ready now."""
+        queue = self.state.queues.get(command.queue)
+        delayed = sorted(queue.delayed, key=lambda job: (job.run_at, job.id)) if queue else []
+        if command.count is not None:
+            delayed = delayed[: command.count]
+        for job in delayed:
+            self.state.reschedule(job, now, now)
+        return {"ok": True, "count": len(delayed)}
+
+    def change_priority(self, session: Any, command: cmd.ChangePriority, now: float) -> Reply:
+        """ChangePriority: a queued job takes its new place."""
+        job = self.state.jobs.get(command.id)
+        if job is None or job.state not in QUEUED_STATES:
+            raise EngineError("Job not found or not in queue")
+        if job.group_id is not None:
+            check_group_priority(command.priority)
+        job.priority = command.priority
+        if job.state in READY_STATES:
+            self.state.make_ready(job)  # a fresh heap entry; the old one is stale
+        else:
+            self.state.touch(job)
+        return {"ok": True}
+
+    def update(self, session: Any, command: cmd.Update, now: float) -> Reply:
+        """Update: replace the data of a job that has not finished."""
+        job = self.state.jobs.get(command.id)
+        if job is None or job.state not in (*QUEUED_STATES, ACTIVE, WAITING_CHILDREN):
+            raise EngineError("Job not found or cannot be updated")
+        job.data = command.data  # type: ignore[assignment]
+        self.state.touch(job)
+        return {"ok": True}
+
+    def cancel(self, session: Any, command: cmd.Cancel, now: float) -> Reply:
+        """Cancel: remove a job that has not started (queued or waiting for dependencies)."""
+        job = self.state.jobs.get(command.id)
+        if job is None or job.state not in (*QUEUED_STATES, WAITING_CHILDREN):
+            raise EngineError("Job not found or cannot be cancelled")
+        self.state.remove(job)
+        return {"ok": True}
+
+    def discard(self, session: Any, command: cmd.Discard, now: float) -> Reply:
+        """Discard: a queued or active job fails at once, without retries."""
+        job = self.state.jobs.get(command.id)
+        if job is None or job.state not in (*QUEUED_STATES, ACTIVE, WAITING_CHILDREN):
+            raise EngineError("Job not found")
+        if job.state == ACTIVE:
+            self._active_job(command.id, command.token)
+        self.state.fail(job, now, "Job discarded", False)
+        return {"ok": True}
+
+    # -- progress and waiting ------------------------------------------------------------------
+
+    def progress(self, session: Any, command: cmd.Progress, now: float) -> Reply:
+        """Progress: an active job reports how far it got (also a heartbeat)."""
+        job = self.state.jobs.get(command.id)
+        if job is None or job.state != ACTIVE:
+            raise EngineError("Job not found or not active")
+        job.progress = command.progress
+        job.progress_message = command.message
+        job.last_heartbeat = now
+        self.state.touch(job)
+        return {"ok": True}
+
+    def get_progress(self, session: Any, command: cmd.GetProgress, now: float) -> Reply:
+        """GetProgress: an active job's progress and message."""
+        job = self.state.jobs.get(command.id)
+        if job is None or job.state != ACTIVE:
+            raise EngineError("Job not found or not active")
+        return {"ok": True, "progress": job.progress, "message": job.progress_message}
+
+    def wait_job(self, session: Any, command: cmd.WaitJob, now: float) -> Reply | None:
+        """WaitJob: answer when the job completes (or fails), or after `timeout` ms."""
+        job = self._job(command.id, "Job not found")
+        if job.state in (COMPLETED, FAILED):
+            return finished_reply(job)
+        self.job_waiters.setdefault(job.id, []).append((session, command.reqId))
+        self.state.wheel.schedule(now + command.timeout, WAIT_JOB, (job.id, session, command.reqId))
+        return None
+
+    def answer_job_waiters(self) -> None:
+        """Answer WaitJob requests of the jobs that finished in this pass."""
+        finished = self.state.finished
+        while finished:
+            job = finished.pop()
+            for session, req_id in self.job_waiters.pop(job.id, ()):
+                session.reply(finished_reply(job), req_id)
+
+    def wait_timed_out(self, target: tuple[str, Any, Any]) -> None:
+        """A WaitJob's time is up: answer `completed: false` if it is still waiting."""
+        job_id, session, req_id = target
+        waiting = self.job_waiters.get(job_id, [])
+        if (session, req_id) in waiting:
+            waiting.remove((session, req_id))
+            if not waiting:
+                del self.job_waiters[job_id]
+            session.reply({"ok": True, "completed": False}, req_id)
+
+
+def finished_reply(job: Job) -> Reply:
+    """What WaitJob answers for a finished job."""
+    if job.state == COMPLETED:
+        result = None if job.result is None else msgspec.Raw(job.result)
+        return {"ok": True, "completed": True, "result": result}
+    return {"ok": True, "completed": False, "state": job.state or UNKNOWN}
