@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 Reply = dict[str, Any]
 
 
+def already_finalized() -> Reply:
+    """The answer to a late ACK/FAIL: a successful no-op, not a retryable error."""
+    return {"ok": True, "data": {"applied": False, "reason": "already-finalized"}}
+
+
 def drop_answered(waiters: Any) -> None:
     """Remove answered (or orphaned) long polls from the front of a queue's waiters."""
     while waiters and (waiters[0].done or waiters[0].session.closed):
@@ -262,8 +267,17 @@ class Engine(LifecycleHandlers):
             raise errors.token_invalid(job_id)
         return job
 
+    def _late(self, job_id: str, token: str | None) -> bool:
+        """Whether this settles an activation that its processing timeout already finalised."""
+        job = self.state.jobs.get(job_id)
+        if job is None or not job.late_open or job.state == ACTIVE:
+            return False
+        return token is None or token == job.late_token
+
     def ack(self, session: Any, command: cmd.Ack, now: float) -> Reply:
         """ACK: complete an active job (token required when it is leased)."""
+        if self._late(command.id, command.token):
+            return already_finalized()
         job = self._active_job(command.id, command.token)
         remove = command.removeOnComplete or job.remove_on_complete
         self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
@@ -276,7 +290,7 @@ class Engine(LifecycleHandlers):
         results: list[Any] = command.results or [None] * len(ids)
         seen: set[str] = set()
         for job_id, token in zip(ids, tokens, strict=True):
-            if job_id not in seen:
+            if job_id not in seen and not self._late(job_id, token):
                 self._active_job(job_id, token)
                 seen.add(job_id)
         ignored_ids: list[str] = []
@@ -297,18 +311,17 @@ class Engine(LifecycleHandlers):
 
     def fail(self, session: Any, command: cmd.Fail, now: float) -> Reply:
         """FAIL: retry after the backoff while attempts remain, else to the dead-letter queue."""
+        if self._late(command.id, command.token):
+            return already_finalized()
         job = self._active_job(command.id, command.token)
-        job.attempts += 1
         if command.stack is not None:
             limit = max(int(job.stack_trace_limit), 0)
             job.stacktrace = command.stack[:limit]
         reason = command.error if command.error is not None else "Job failed"
-        if command.unrecoverable or job.attempts >= job.max_attempts:
-            remove = command.removeOnFail or job.remove_on_fail
-            self.state.fail(job, now, reason, remove)
-        else:
-            job.failed_reason = reason
-            self.state.retry(job, now)
+        remove = command.removeOnFail or job.remove_on_fail
+        self.state.settle_failure(
+            job, now, reason, unrecoverable=command.unrecoverable, remove=remove
+        )
         return {"ok": True}
 
     # -- heartbeats ----------------------------------------------------------------------------

@@ -154,6 +154,10 @@ class Job:
 
     # Fields added later go here, at the end: stored rows are positional (records.py).
     logs: list[dict[str, Any]] | None = None
+    # After a processing timeout finalised an activation: a late ACK/FAIL from it is a no-op.
+    late_open: bool = False
+    late_token: str | None = None
+    activation: int = 0  # which claim a timeout timer belongs to (transient)
 
     def reported_state(self) -> str:
         """The state a client sees (the internal names are the reported ones)."""

@@ -42,6 +42,10 @@ PROMOTE = "promote"
 POLL = "poll"
 RETENTION = "retention"
 WAIT_JOB = "wait-job"
+TIMEOUT = "timeout"
+TTL = "ttl"
+TIMEOUT_REASON = "Job timeout exceeded"
+TTL_REASON = "Job expired (ttl)"
 
 
 def retry_delay(job: Job) -> float:
@@ -159,7 +163,17 @@ class EngineState:
         job.state = ""
         if job.unique_key is not None:
             self.unique_keys[(job.queue, job.unique_key)] = job.id
+        self._arm_ttl(job)
         self._wait_for_dependencies(job, now)
+
+    def _arm_ttl(self, job: Job) -> None:
+        if job.ttl:  # 0 means none, as for `timeout`
+            self.wheel.schedule(job.created_at + job.ttl, TTL, job)
+
+    def _arm_timeout(self, job: Job, started_at: float) -> None:
+        job.activation += 1
+        if job.timeout:
+            self.wheel.schedule(started_at + job.timeout, TIMEOUT, job, job.activation)
 
     # -- restart -------------------------------------------------------------------------------
 
@@ -188,6 +202,7 @@ class EngineState:
                 continue
             if job.unique_key is not None:
                 self.unique_keys[(job.queue, job.unique_key)] = job.id
+            self._arm_ttl(job)
             if stored == WAITING_CHILDREN:
                 self._wait_for_dependencies(job, now, restoring=True)
             elif stored != ACTIVE:
@@ -195,12 +210,14 @@ class EngineState:
             elif job.lock_token is not None:
                 self._enter(job, ACTIVE)
                 self.wheel.schedule(job.lock_expires_at, LEASE, job, job.lock_token)
+                self._arm_timeout(job, job.started_at or now)
             elif held:
                 job.started_at = None
                 self.make_ready(job)
                 requeued.append(job)
             else:
                 self._enter(job, ACTIVE)
+                self._arm_timeout(job, job.started_at or now)
         self.tracking = True
         for job in requeued:
             self.changed[job.id] = job
@@ -227,7 +244,10 @@ class EngineState:
             self.schedule(job, now)
 
     def schedule(self, job: Job, now: float) -> None:
-        """Make a job delayed (run time in the future) or ready."""
+        """Make a job delayed (run time in the future) or ready; past its ttl, it expires."""
+        if job.ttl and now >= job.created_at + job.ttl:
+            self.fail(job, now, TTL_REASON, job.remove_on_fail)
+            return
         if job.run_at > now:
             self._enter(job, DELAYED)
             job.timer_token += 1
@@ -258,6 +278,8 @@ class EngineState:
         self._enter(job, ACTIVE, persist=holder is None)
         job.started_at = now
         job.last_heartbeat = now
+        job.late_open = False
+        self._arm_timeout(job, now)
         if owner is None:
             return None
         token = uuid7()
@@ -421,9 +443,35 @@ class EngineState:
                     self._lease_expired(job, now)
             elif timer.kind == RETENTION:
                 self.expire_retained(timer.target, now)
+            elif timer.kind == TIMEOUT:
+                if job.state == ACTIVE and job.activation == timer.token:
+                    self.time_out(job, now)
+            elif timer.kind == TTL:
+                if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
+                    self.fail(job, now, TTL_REASON, job.remove_on_fail)
             else:
                 for_engine.append((timer.kind, timer.target))
         return for_engine
+
+    def time_out(self, job: Job, now: float) -> None:
+        """The processing timeout passed: fail the attempt exactly as a FAIL would, and
+        remember it so the worker's late ACK or FAIL is answered as a no-op."""
+        job.late_open = True
+        job.late_token = job.lock_token
+        self.settle_failure(
+            job, now, TIMEOUT_REASON, unrecoverable=False, remove=job.remove_on_fail
+        )
+
+    def settle_failure(
+        self, job: Job, now: float, reason: str, *, unrecoverable: bool, remove: bool
+    ) -> None:
+        """Count a failed attempt: retry after the backoff while attempts remain, else fail."""
+        job.attempts += 1
+        if unrecoverable or job.attempts >= job.max_attempts:
+            self.fail(job, now, reason, remove)
+        else:
+            job.failed_reason = reason
+            self.retry(job, now)
 
     def _lease_expired(self, job: Job, now: float) -> None:
         job.attempts += 1

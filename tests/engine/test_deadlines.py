@@ -1,0 +1,80 @@
+"""Processing timeouts finalise exactly at their deadline; ttl expires queued jobs."""
+
+from __future__ import annotations
+
+import trio
+
+from tests.engine.test_push_pull import push, state_of
+from tests.engine.test_settle import get_job, lease
+from tests.support.client import FrameClient
+
+ALREADY = {"applied": False, "reason": "already-finalized"}
+
+
+async def test_timeout_fails_the_attempt_at_its_deadline(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=2000, maxAttempts=2, backoff=1000)
+    await client.call("PULL", queue="q")
+    await trio.sleep(1.999)
+    assert await state_of(client, job_id) == "active"
+    await trio.sleep(0.002)
+    job = await get_job(client, job_id)
+    assert (job["state"], job["attempts"], job["failedReason"]) == (
+        "delayed", 1, "Job timeout exceeded",
+    )  # fmt: skip
+    late = await client.call("ACK", id=job_id, result="too late")
+    assert late["data"] == ALREADY
+    assert (await get_job(client, job_id))["state"] == "delayed"
+    reply = await client.call("PULL", queue="q", timeout=5000)
+    assert reply["job"]["id"] == job_id
+    await trio.sleep(2.001)  # the second attempt times out too: out of attempts
+    assert await state_of(client, job_id) == "failed"
+
+
+async def test_late_fail_and_stale_token_after_a_timeout(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=3, backoff=1)
+    _, token = await lease(client)
+    await trio.sleep(1.001)
+    assert (await client.call("FAIL", id=job_id, token=token, error="x"))["data"] == ALREADY
+    await trio.sleep(0.01)
+    _, new_token = await lease(client)
+    stale = await client.call("ACK", id=job_id, token=token)
+    assert stale["error"] == f"Invalid or expired lock token for job {job_id}"
+    assert (await client.call("ACK", id=job_id, token=new_token))["ok"] is True
+    assert await state_of(client, job_id) == "completed"
+
+
+async def test_ackb_reports_positions_a_timeout_won(client: FrameClient, autojump_clock) -> None:
+    slow = await push(client, timeout=1000, maxAttempts=1)
+    fast = await push(client)
+    reply = await client.call("PULLB", queue="q", count=2, owner="w")
+    tokens = dict(zip([j["id"] for j in reply["jobs"]], reply["tokens"], strict=True))
+    await trio.sleep(1.001)
+    ackb = await client.call("ACKB", ids=[fast, slow], tokens=[tokens[fast], tokens[slow]])
+    assert ackb["data"] == {"ignoredIds": [slow], "ignoredIndices": [1]}
+    assert [await state_of(client, i) for i in (fast, slow)] == ["completed", "failed"]
+
+
+async def test_ttl_expires_a_queued_job_visibly(client: FrameClient, autojump_clock) -> None:
+    job_id = await push(client, ttl=5000)
+    delayed = await push(client, ttl=1000, delay=10_000)
+    await trio.sleep(4.9)
+    assert await state_of(client, job_id) == "waiting"
+    await trio.sleep(0.2)
+    job = await get_job(client, job_id)
+    assert (job["state"], job["failedReason"]) == ("failed", "Job expired (ttl)")
+    assert await state_of(client, delayed) == "failed"
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["waiting"], counts["delayed"], counts["failed"]) == (0, 0, 2)
+
+
+async def test_ttl_does_not_cut_an_active_job_short(client: FrameClient, autojump_clock) -> None:
+    job_id = await push(client, ttl=1000, maxAttempts=3)
+    await client.call("PULL", queue="q")
+    await trio.sleep(2)
+    assert await state_of(client, job_id) == "active"
+    await client.call("FAIL", id=job_id)  # its ttl has passed: it does not come back
+    assert await state_of(client, job_id) == "failed"
