@@ -236,6 +236,22 @@ class WaitJob(JobCommand, tag="WaitJob"):
         self.timeout = DEFAULT_WAIT_MS if wait is None else at_least(wait, 0, "timeout")
 
 
+class SetWebhookEnabled(Command, tag="SetWebhookEnabled"):
+    """Turn a webhook on or off without deleting it."""
+
+    id: Any = None
+    enabled: Any = None
+
+    def __post_init__(self) -> None:
+        self.id = required_str(self.id, "id")
+        if not isinstance(self.enabled, bool):
+            raise CommandError("enabled must be a boolean")
+
+
+class CompactMemory(Command, tag="CompactMemory"):
+    """Release what the engine can: stale heap and timer entries, empty queues."""
+
+
 LIFECYCLE_COMMANDS: tuple[type[msgspec.Struct], ...] = (
     AddLog,
     GetLogs,
@@ -254,4 +270,6 @@ LIFECYCLE_COMMANDS: tuple[type[msgspec.Struct], ...] = (
     Cancel,
     Discard,
     WaitJob,
+    SetWebhookEnabled,
+    CompactMemory,
 )

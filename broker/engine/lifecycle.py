@@ -61,6 +61,8 @@ class LifecycleHandlers:
             cmd.Cancel: self.cancel,
             cmd.Discard: self.discard,
             cmd.WaitJob: self.wait_job,
+            cmd.SetWebhookEnabled: self.set_webhook_enabled,
+            cmd.CompactMemory: self.compact_memory,
         }
 
     def _job(self, job_id: str, error: str) -> Job:
@@ -279,6 +281,17 @@ class LifecycleHandlers:
             if not waiting:
                 del self.job_waiters[job_id]
             session.reply({"ok": True, "completed": False}, req_id)
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    def set_webhook_enabled(self, session: Any, command: Any, now: float) -> Reply:
+        """SetWebhookEnabled: no webhook is registered until webhooks arrive (operations)."""
+        raise EngineError("Webhook not found")
+
+    def compact_memory(self, session: Any, command: Any, now: float) -> Reply:
+        """CompactMemory: drop stale heap and timer entries and idle empty queues."""
+        self.state.compact()
+        return {"ok": True}
 
 
 def finished_reply(job: Job) -> Reply:

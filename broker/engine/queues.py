@@ -60,6 +60,18 @@ class QueueState:
                 return job
         return None
 
+    def compact(self) -> None:
+        """Drop stale entries from the ready heap and answered polls from the waiters."""
+        self.ready = [
+            e for e in self.ready if e[4].ready_seq == e[3] and e[4].state in READY_STATES
+        ]
+        heapq.heapify(self.ready)
+        self.waiters = deque(w for w in self.waiters if not w.done and not w.session.closed)
+
+    def idle(self) -> bool:
+        """No job counted in any state, nothing ready, nobody waiting."""
+        return not any(self.counts.values()) and not self.ready and not self.waiters
+
     def has_ready(self) -> bool:
         """Whether a current ready entry exists (drops stale ones at the top)."""
         ready = self.ready

@@ -44,6 +44,7 @@ RETENTION = "retention"
 WAIT_JOB = "wait-job"
 TIMEOUT = "timeout"
 TTL = "ttl"
+STALL = "stall"
 TIMEOUT_REASON = "Job timeout exceeded"
 TTL_REASON = "Job expired (ttl)"
 
@@ -174,6 +175,28 @@ class EngineState:
         job.activation += 1
         if job.timeout:
             self.wheel.schedule(started_at + job.timeout, TIMEOUT, job, job.activation)
+        self._arm_stall_check(job)
+
+    def _arm_stall_check(self, job: Job) -> None:
+        """With a `stallTimeout`, one stall check per activation: at the last heartbeat plus
+        the timeout. Jobs without one rely on their lease, or on their connection closing:
+        a worker that leases for five minutes and does not heartbeat is not a stalled one."""
+        if job.stall_timeout is not None and job.stall_timeout > 0:
+            at = job.last_heartbeat + job.stall_timeout
+            self.wheel.schedule(at, STALL, job, job.activation)
+
+    def _check_stall(self, job: Job, now: float) -> None:
+        assert job.stall_timeout is not None
+        if now - job.last_heartbeat < job.stall_timeout:
+            self._arm_stall_check(job)  # a heartbeat came meanwhile: look again later
+            return
+        job.stall_count += 1
+        job.attempts += 1
+        if job.stall_count >= MAX_STALLS:
+            reason = f"Job stalled {job.stall_count} times"
+            self.fail(job, now, reason, job.remove_on_fail)
+        else:
+            self.requeue(job, now)
 
     # -- restart -------------------------------------------------------------------------------
 
@@ -208,6 +231,7 @@ class EngineState:
             elif stored != ACTIVE:
                 self.schedule(job, now)
             elif job.lock_token is not None:
+                job.last_heartbeat = max(job.last_heartbeat, now)  # no one could beat while down
                 self._enter(job, ACTIVE)
                 self.wheel.schedule(job.lock_expires_at, LEASE, job, job.lock_token)
                 self._arm_timeout(job, job.started_at or now)
@@ -216,6 +240,7 @@ class EngineState:
                 self.make_ready(job)
                 requeued.append(job)
             else:
+                job.last_heartbeat = max(job.last_heartbeat, now)
                 self._enter(job, ACTIVE)
                 self._arm_timeout(job, job.started_at or now)
         self.tracking = True
@@ -424,6 +449,26 @@ class EngineState:
             self.changed.pop(job.id, None)
             self.deleted.add(job.id)
 
+    def compact(self) -> None:
+        """Prune stale heap and timer entries and forget idle, empty queues (CompactMemory)."""
+        for name, queue in list(self.queues.items()):
+            queue.compact()
+            if queue.idle():
+                del self.queues[name]
+        self.wheel.compact(self._timer_is_current)
+
+    def _timer_is_current(self, timer: Any) -> bool:
+        job = timer.target
+        if timer.kind == PROMOTE:
+            return job.state == DELAYED and job.timer_token == timer.token
+        if timer.kind == LEASE:
+            return job.state == ACTIVE and job.lock_token == timer.token
+        if timer.kind in (TIMEOUT, STALL):
+            return job.state == ACTIVE and job.activation == timer.token
+        if timer.kind == TTL:
+            return job.id in self.jobs and job.state not in (COMPLETED, FAILED)
+        return True  # polls, WaitJob and retention decide when they fire
+
     # -- timers --------------------------------------------------------------------------------
 
     def fire_timers(self, now: float) -> list[tuple[str, Any]]:
@@ -446,6 +491,9 @@ class EngineState:
             elif timer.kind == TIMEOUT:
                 if job.state == ACTIVE and job.activation == timer.token:
                     self.time_out(job, now)
+            elif timer.kind == STALL:
+                if job.state == ACTIVE and job.activation == timer.token:
+                    self._check_stall(job, now)
             elif timer.kind == TTL:
                 if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
                     self.fail(job, now, TTL_REASON, job.remove_on_fail)

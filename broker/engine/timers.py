@@ -39,6 +39,11 @@ class TimerWheel:
         """Arrange for (kind, target, token) to come out of `pop_due` once `at_ms` has passed."""
         heapq.heappush(self._heap, Timer(at_ms, next(self._seq), kind, target, token))
 
+    def compact(self, is_current: Any) -> None:
+        """Keep only the timers `is_current(timer)` approves (lazy deletion's bulk prune)."""
+        self._heap = [timer for timer in self._heap if is_current(timer)]
+        heapq.heapify(self._heap)
+
     def next_deadline(self) -> float:
         """The earliest deadline, or inf when nothing is scheduled."""
         return self._heap[0].at_ms if self._heap else math.inf

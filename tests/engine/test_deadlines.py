@@ -78,3 +78,29 @@ async def test_ttl_does_not_cut_an_active_job_short(client: FrameClient, autojum
     assert await state_of(client, job_id) == "active"
     await client.call("FAIL", id=job_id)  # its ttl has passed: it does not come back
     assert await state_of(client, job_id) == "failed"
+
+
+async def test_stall_timeout_requeues_then_fails(client: FrameClient, autojump_clock) -> None:
+    job_id = await push(client, stallTimeout=1000, maxAttempts=10)
+    for stall in (1, 2):
+        await client.call("PULL", queue="q")
+        await trio.sleep(0.6)
+        await client.call("Progress", id=job_id, progress=10)  # a heartbeat
+        await trio.sleep(0.6)
+        assert await state_of(client, job_id) == "active"
+        await trio.sleep(0.5)
+        job = await get_job(client, job_id)
+        assert (job["state"], job["stallCount"]) == ("waiting", stall)
+    await client.call("PULL", queue="q")
+    await trio.sleep(1.001)
+    job = await get_job(client, job_id)
+    assert (job["state"], job["failedReason"]) == ("failed", "Job stalled 3 times")
+
+
+async def test_without_stall_timeout_a_silent_lease_is_kept(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client)
+    await lease(client, ttl=300_000)
+    await trio.sleep(299)
+    assert await state_of(client, job_id) == "active"

@@ -201,3 +201,26 @@ async def test_wait_job(connect: Connect, autojump_clock) -> None:
     assert reply["completed"] is False and trio.current_time() - start >= 2
     missing = await waiter.call("WaitJob", id="ghost")
     assert missing["error"] == "Job not found"
+
+
+async def test_compact_memory_keeps_every_job_and_timer_that_matters(
+    client: FrameClient, app, autojump_clock
+) -> None:
+    ready = await push(client)
+    later = await push(client, delay=5000)
+    for _ in range(50):  # leave stale heap entries and answered polls behind
+        await client.call("ChangePriority", id=ready, priority=1)
+        await client.call("PULLB", queue="idle", count=1, timeout=10)
+    assert (await client.call("CompactMemory"))["ok"] is True
+    state = app.actor.engine.state
+    assert len(state.queues["q"].ready) == 1
+    assert "idle" not in state.queues
+    await trio.sleep(5.001)
+    assert await state_of(client, later) == "waiting"
+    pulled = await client.call("PULLB", queue="q", count=5)
+    assert [job["id"] for job in pulled["jobs"]] == [ready, later]
+
+
+async def test_set_webhook_enabled_for_an_unknown_webhook(client: FrameClient) -> None:
+    reply = await client.call("SetWebhookEnabled", id="nope", enabled=True)
+    assert reply["error"] == "Webhook not found"
