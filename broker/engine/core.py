@@ -18,12 +18,17 @@ from protocol import commands as cmd
 
 from . import errors
 from .errors import EngineError
+from .keys import DEBOUNCE, UNIQUE
 from .lifecycle import LifecycleHandlers
 from .model import (
     ACTIVE,
     COMPLETED,
     COUNTED_STATES,
+    DELAYED,
+    PRIORITIZED,
     UNKNOWN,
+    WAITING,
+    WAITING_CHILDREN,
     Job,
     job_from_push,
     uuid7,
@@ -35,6 +40,7 @@ from .workers import WorkerRegistry
 
 log = logging.getLogger(__name__)
 Reply = dict[str, Any]
+NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
 
 
 def already_finalized() -> Reply:
@@ -136,11 +142,12 @@ class Engine(LifecycleHandlers):
     # -- push ----------------------------------------------------------------------------------
 
     def push(self, session: Any, command: cmd.Push, now: float) -> Reply:
-        """PUSH: idempotent on jobId, deduplicated on uniqueKey, dependencies must exist."""
-        existing = self._existing_id(command.queue, command, command.jobId)
+        """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
+        dependencies must exist."""
+        self._check_dependencies(command.dependsOn or (), ())
+        existing = self._settle_duplicate(command.queue, command, command.jobId, now)
         if existing is not None:
             return {"ok": True, "id": existing}
-        self._check_dependencies(command.dependsOn or (), ())
         job = self._new_job(command.queue, command, command.jobId, now)
         self.state.add(job, now)
         return {"ok": True, "id": job.id}
@@ -166,7 +173,7 @@ class Engine(LifecycleHandlers):
         taken: dict[str, str] = {}
         fresh = iter(uuid7s(len(items)))
         for item in items:
-            existing = self._existing_id(queue, item, item.customId)
+            existing = self._settle_duplicate(queue, item, item.customId, now)
             if existing is None and item.customId is not None:
                 existing = taken.get(item.customId)
             if existing is None and item.uniqueKey is not None:
@@ -185,12 +192,28 @@ class Engine(LifecycleHandlers):
             state.add(job, now)
         return ids
 
-    def _existing_id(self, queue: str, fields: Any, custom_id: str | None) -> str | None:
+    def _settle_duplicate(
+        self, queue: str, fields: Any, custom_id: str | None, now: float
+    ) -> str | None:
+        """The existing job this push is a duplicate of (None: add it), applying dedup's
+        `extend` (restart the key's window) and `replace` (drop a job not yet started)."""
         state = self.state
         if custom_id is not None and custom_id in state.jobs:
             return custom_id
-        if fields.uniqueKey is not None:
-            return state.unique_owner(queue, fields.uniqueKey)
+        key = fields.uniqueKey
+        owner = None if key is None else state.key_owner(UNIQUE, queue, key, now)
+        if owner is not None:
+            dedup = fields.dedup or {}
+            held = state.jobs.get(owner)
+            if dedup.get("replace") and held is not None and held.state in NOT_STARTED:
+                state.remove(held)
+                return None
+            if dedup.get("extend") and dedup.get("ttl"):
+                state.extend_key(UNIQUE, queue, key, owner, now + dedup["ttl"])
+            return owner
+        debounce = fields.debounceId
+        if debounce is not None:
+            return state.key_owner(DEBOUNCE, queue, debounce, now)
         return None
 
     def _check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:

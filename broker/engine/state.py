@@ -17,9 +17,11 @@ pass.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from typing import Any
 
+from .keys import DEBOUNCE, UNIQUE, KeyRegistry
 from .model import (
     ACTIVE,
     COMPLETED,
@@ -45,6 +47,7 @@ WAIT_JOB = "wait-job"
 TIMEOUT = "timeout"
 TTL = "ttl"
 STALL = "stall"
+KEY_EXPIRY = "key-expiry"
 TIMEOUT_REASON = "Job timeout exceeded"
 TTL_REASON = "Job expired (ttl)"
 
@@ -106,7 +109,7 @@ class EngineState:
     ) -> None:
         self.jobs: dict[str, Job] = {}
         self.queues: dict[str, QueueState] = {}
-        self.unique_keys: dict[tuple[str, str], str] = {}
+        self.keys = KeyRegistry()
         self.dependents: dict[str, list[str]] = {}
         self.wheel = TimerWheel()
         self.completed = Retention(COMPLETED, keep_completed, keep_completed_ms)
@@ -129,9 +132,28 @@ class EngineState:
             queue = self.queues[name] = QueueState(name)
         return queue
 
-    def unique_owner(self, queue: str, key: str) -> str | None:
-        """The id of the live job that holds `key` in `queue`, if any."""
-        return self.unique_keys.get((queue, key))
+    def key_owner(self, kind: str, queue: str, key: str, now: float) -> str | None:
+        """The id of the job holding a unique or debounce key in `queue`, if any."""
+        return self.keys.owner((kind, queue, key), now)
+
+    def extend_key(self, kind: str, queue: str, key: str, job_id: str, until: float) -> None:
+        """Restart a held key's window (dedup `extend`)."""
+        self._take_key((kind, queue, key), job_id, until)
+
+    def _take_key(self, key: Any, job_id: str, until: float) -> None:
+        self.keys.take(key, job_id, until)
+        if until != math.inf:
+            self.wheel.schedule(until, KEY_EXPIRY, (key, job_id, until))
+
+    def _take_keys(self, job: Job, since: float) -> None:
+        if job.unique_key is not None:
+            ttl = job.dedup_ttl
+            until = since + ttl if ttl else math.inf
+            self._take_key((UNIQUE, job.queue, job.unique_key), job.id, until)
+        if job.debounce_id is not None:
+            ttl = job.debounce_ttl
+            until = since + ttl if ttl else math.inf
+            self._take_key((DEBOUNCE, job.queue, job.debounce_id), job.id, until)
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -162,8 +184,7 @@ class EngineState:
         """Register a new job and place it by its dependencies and run time."""
         self.jobs[job.id] = job
         job.state = ""
-        if job.unique_key is not None:
-            self.unique_keys[(job.queue, job.unique_key)] = job.id
+        self._take_keys(job, now)
         self._arm_ttl(job)
         self._wait_for_dependencies(job, now)
 
@@ -223,8 +244,7 @@ class EngineState:
                 self._enter(job, stored)
                 finished.append(job)
                 continue
-            if job.unique_key is not None:
-                self.unique_keys[(job.queue, job.unique_key)] = job.id
+            self._take_keys(job, job.created_at)
             self._arm_ttl(job)
             if stored == WAITING_CHILDREN:
                 self._wait_for_dependencies(job, now, restoring=True)
@@ -301,6 +321,8 @@ class EngineState:
             job.holder = holder
             holder.held.add(job.id)
         self._enter(job, ACTIVE, persist=holder is None)
+        if job.debounce_id is not None:  # an untimed debounce lasts until the job starts
+            self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
         job.started_at = now
         job.last_heartbeat = now
         job.late_open = False
@@ -350,7 +372,9 @@ class EngineState:
         job.stacktrace = None
         job.run_at = now
         if job.unique_key is not None:
-            self.unique_keys.setdefault((job.queue, job.unique_key), job.id)
+            key = (UNIQUE, job.queue, job.unique_key)
+            if self.keys.owner(key, now) is None:
+                self._take_key(key, job.id, math.inf)
         self.make_ready(job)
 
     def remove(self, job: Job) -> None:
@@ -411,9 +435,9 @@ class EngineState:
 
     def _release_unique(self, job: Job) -> None:
         if job.unique_key is not None:
-            key = (job.queue, job.unique_key)
-            if self.unique_keys.get(key) == job.id:
-                del self.unique_keys[key]
+            self.keys.release((UNIQUE, job.queue, job.unique_key), job.id)
+        if job.debounce_id is not None:  # a timed debounce window outlives the job
+            self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
 
     def _release_dependents(self, job: Job, now: float) -> None:
         for dependent_id in self.dependents.pop(job.id, ()):
@@ -491,6 +515,8 @@ class EngineState:
             elif timer.kind == TIMEOUT:
                 if job.state == ACTIVE and job.activation == timer.token:
                     self.time_out(job, now)
+            elif timer.kind == KEY_EXPIRY:
+                self.keys.expire(*timer.target)
             elif timer.kind == STALL:
                 if job.state == ACTIVE and job.activation == timer.token:
                     self._check_stall(job, now)

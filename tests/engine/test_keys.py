@@ -1,0 +1,56 @@
+"""uniqueKey with dedup {ttl, extend, replace}, and debounce (rules in broker/engine/keys.py)."""
+
+from __future__ import annotations
+
+import trio
+
+from tests.engine.test_push_pull import push, state_of
+from tests.support.client import FrameClient
+
+
+async def test_dedup_ttl_frees_the_key_while_the_job_lives(
+    client: FrameClient, autojump_clock
+) -> None:
+    first = await push(client, uniqueKey="k", dedup={"ttl": 1000})
+    assert await push(client, uniqueKey="k", dedup={"ttl": 1000}) == first
+    await trio.sleep(1.001)
+    second = await push(client, uniqueKey="k", dedup={"ttl": 1000})
+    assert second != first
+    assert [await state_of(client, i) for i in (first, second)] == ["waiting", "waiting"]
+
+
+async def test_dedup_extend_restarts_the_window(client: FrameClient, autojump_clock) -> None:
+    options = {"uniqueKey": "k", "dedup": {"ttl": 1000, "extend": True}}
+    first = await push(client, **options)
+    for _ in range(3):
+        await trio.sleep(0.8)
+        assert await push(client, **options) == first
+    await trio.sleep(1.001)
+    assert await push(client, **options) != first
+
+
+async def test_dedup_replace_swaps_a_job_not_yet_started(client: FrameClient) -> None:
+    first = await push(client, uniqueKey="k", data={"v": 1})
+    second = await push(client, uniqueKey="k", data={"v": 2}, dedup={"replace": True})
+    assert second != first
+    assert await state_of(client, first) == "unknown"
+    pulled = (await client.call("PULL", queue="q"))["job"]
+    assert (pulled["id"], pulled["data"]) == (second, {"v": 2})
+    third = await push(client, uniqueKey="k", data={"v": 3}, dedup={"replace": True})
+    assert third == second  # already started: kept, and the duplicate is refused
+
+
+async def test_debounce_window(client: FrameClient, autojump_clock) -> None:
+    first = await push(client, debounceId="d", debounceTtl=1000)
+    await client.call("PULL", queue="q")
+    await client.call("ACK", id=first)
+    assert await push(client, debounceId="d", debounceTtl=1000) == first  # still in its window
+    await trio.sleep(1.001)
+    assert await push(client, debounceId="d", debounceTtl=1000) != first
+
+
+async def test_debounce_without_ttl_lasts_until_the_job_starts(client: FrameClient) -> None:
+    first = await push(client, debounceId="d")
+    assert await push(client, debounceId="d") == first
+    await client.call("PULL", queue="q")
+    assert await push(client, debounceId="d") != first
