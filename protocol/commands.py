@@ -7,6 +7,7 @@ Command names are case-sensitive, as in the reference server.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -133,6 +134,37 @@ class PushBatchItems(msgspec.Struct):
         decode_items(self.jobs)
 
 
+def positive_count(value: Any, field: str) -> int:
+    """Read a whole number of at least 1 (fractions round down)."""
+    count = math.floor(finite(value, field))
+    if count < 1:
+        raise CommandError(f"{field} must be at least 1")
+    return count
+
+
+def group_options(value: Any) -> dict[str, Any] | None:
+    """Read PULL's `group: {concurrency?, limit?: {max, duration}}`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise CommandError("group must be an object")
+    options: dict[str, Any] = {}
+    if value.get("concurrency") is not None:
+        options["concurrency"] = positive_count(value["concurrency"], "group.concurrency")
+    limit = value.get("limit")
+    if limit is not None:
+        if not isinstance(limit, dict):
+            raise CommandError("group.limit must be an object")
+        duration = finite(limit.get("duration"), "group.limit.duration")
+        if duration <= 0:
+            raise CommandError("group.limit.duration must be greater than 0")
+        options["limit"] = {
+            "max": positive_count(limit.get("max"), "group.limit.max"),
+            "duration": duration,
+        }
+    return options
+
+
 def poll_timeout(value: Any) -> float | int:
     """Read a long-poll timeout: 0..60000 ms, default 0."""
     if value is None:
@@ -163,6 +195,7 @@ class Pull(Command, tag="PULL"):
         self.owner = optional_str(self.owner, "owner") or None
         self.lockTtl = lock_ttl(self.lockTtl)
         self.detach = flag(self.detach, "detach")
+        self.group = group_options(self.group)
 
 
 class PullBatch(Pull, tag="PULLB"):

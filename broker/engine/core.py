@@ -24,23 +24,18 @@ from .model import (
     ACTIVE,
     COMPLETED,
     COUNTED_STATES,
-    DELAYED,
-    PRIORITIZED,
     UNKNOWN,
-    WAITING,
-    WAITING_CHILDREN,
     Job,
     job_from_push,
     uuid7,
     uuid7s,
 )
-from .queues import QueueState, Waiter
-from .state import POLL, WAIT_JOB, EngineState
+from .queues import JOB, QueueState, Waiter
+from .state import GROUP_WAKE, NOT_STARTED, POLL, WAIT_JOB, EngineState
 from .workers import WorkerRegistry
 
 log = logging.getLogger(__name__)
 Reply = dict[str, Any]
-NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
 
 
 def already_finalized() -> Reply:
@@ -103,6 +98,9 @@ class Engine(LifecycleHandlers):
             if kind == WAIT_JOB:
                 self.wait_timed_out(target)
                 continue
+            if kind == GROUP_WAKE:
+                self.state.dirty_queues.add(target)
+                continue
             waiter = target
             if not waiter.done:
                 waiter.done = True
@@ -145,6 +143,7 @@ class Engine(LifecycleHandlers):
         """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
         dependencies must exist."""
         self._check_dependencies(command.dependsOn or (), ())
+        self._check_group_room(command.queue, [command])
         existing = self._settle_duplicate(command.queue, command, command.jobId, now)
         if existing is not None:
             return {"ok": True, "id": existing}
@@ -162,7 +161,26 @@ class Engine(LifecycleHandlers):
                 self._check_dependencies(item.dependsOn or (), batch_ids)
             except EngineError as exc:
                 raise EngineError(f"jobs[{index}]: {exc}") from None
+        self._check_group_room(queue, items, batch=True)
         return {"ok": True, "ids": self._add_batch(queue, items, now)}
+
+    def _check_group_room(self, queue_name: str, items: list[Any], batch: bool = False) -> None:
+        """groupMaxSize admission, all or nothing: no job may take its group's pending depth
+        past its cap, counting the jobs of the same batch ahead of it."""
+        queue = self.state.queue(queue_name)
+        adding: dict[str, int] = {}
+        jobs = self.state.jobs
+        for index, item in enumerate(items):
+            group = item.groupId
+            custom_id = getattr(item, "customId", None) or getattr(item, "jobId", None)
+            if group is None or (custom_id is not None and custom_id in jobs):
+                continue
+            depth = queue.group_pending.get(group, 0) + adding.get(group, 0) + 1
+            cap = item.groupMaxSize
+            if cap is not None and depth > cap:
+                prefix = f"jobs[{index}]: " if batch else ""
+                raise EngineError(f"{prefix}Group {group} is full (groupMaxSize {cap})")
+            adding[group] = adding.get(group, 0) + 1
 
     def _add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
         # A dependency on a later item of the batch is simply not completed yet when the earlier
@@ -233,25 +251,48 @@ class Engine(LifecycleHandlers):
         count = command.count if batch else 1  # type: ignore[attr-defined]
         waiter = Waiter(session, command.reqId, command, count, batch)
         queue = self.state.queue(command.queue)
-        if queue.has_ready() or not command.timeout:
-            jobs, tokens = self._claim(queue, waiter, now)
+        jobs, tokens = self._claim(queue, waiter, now) if queue.has_ready() else ([], [])
+        if jobs or not command.timeout:
             return self._pulled(waiter, jobs, tokens)
         queue.waiters.append(waiter)
         self.state.wheel.schedule(now + command.timeout, POLL, waiter)
         return None
 
     def _claim(self, queue: QueueState, waiter: Waiter, now: float) -> tuple[list[Job], list]:
+        """Claim up to `waiter.count` ready jobs, passing over groups at their limit."""
         command = waiter.command
         holder = waiter.session if command.owner is None and not command.detach else None
+        groups = command.group
         jobs: list[Job] = []
         tokens: list[str | None] = []
-        for _ in range(waiter.count):
-            job = queue.pop_ready()
-            if job is None:
+        passed_over: list[tuple[Any, ...]] = []
+        full_groups: set[str] = set()
+        while len(jobs) < waiter.count:
+            entry = queue.pop_entry()
+            if entry is None:
                 break
+            job = entry[JOB]
+            group = job.group_id
+            if group is not None and groups is not None:
+                if not queue.group_admits(group, groups, now):
+                    if group not in full_groups:
+                        full_groups.add(group)
+                        self._wake_when_group_frees(queue, group, groups)
+                    passed_over.append(entry)
+                    continue
+                queue.record_start(group, groups, now)
             tokens.append(self.state.claim(job, now, command.owner, command.lockTtl, holder))
             jobs.append(job)
+        for entry in passed_over:
+            queue.put_back(entry)
         return jobs, tokens
+
+    def _wake_when_group_frees(self, queue: QueueState, group: str, options: Any) -> None:
+        # The pull that met the limit may be about to park: wake the queue's parked pulls
+        # when the window lets the group start again.
+        frees_at = queue.group_frees_at(group, options)
+        if frees_at is not None:
+            self.state.wheel.schedule(frees_at, GROUP_WAKE, queue)
 
     def _pulled(self, waiter: Waiter, jobs: list[Job], tokens: list) -> Reply:
         leased = waiter.command.owner is not None
@@ -271,8 +312,11 @@ class Engine(LifecycleHandlers):
             waiter = waiters.popleft()
             if waiter.done or waiter.session.closed:
                 continue
-            waiter.done = True
             jobs, tokens = self._claim(queue, waiter, now)
+            if not jobs:  # what is ready belongs to groups at their limit: keep waiting
+                waiters.appendleft(waiter)
+                break
+            waiter.done = True
             waiter.session.reply(self._pulled(waiter, jobs, tokens), waiter.req_id)
         drop_answered(waiters)
 

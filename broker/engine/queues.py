@@ -1,9 +1,15 @@
-"""Per-queue structures: the ready heap, the parked long polls, and counts by state.
+"""Per-queue structures: the ready heap, the parked long polls, counts by state, groups.
 
 The ready heap orders jobs the way the seed says: higher priority first; within a priority,
 `lifo` jobs newest first ahead of the rest, then earlier run time first (so a negative delay
-runs ahead of later jobs), then arrival order. Entries are never removed in place: an entry is
-current only while its job is ready and carries the same `ready_seq` (lazy deletion).
+runs ahead of later jobs), then arrival order. A grouped job's priority orders it within its
+group (0 first, ascending) and against other groups' jobs; as against ungrouped jobs it counts
+as priority 0. Entries are never removed in place: an entry is current only while its job is
+ready and carries the same `ready_seq` (lazy deletion).
+
+Groups: a PULL may limit how many jobs of one group run at once (`concurrency`) and how many
+may start per window (`limit: {max, duration}`). A job whose group is at its limit is passed
+over, and the jobs behind it are still served (no head-of-line blocking).
 """
 
 from __future__ import annotations
@@ -15,6 +21,10 @@ from typing import Any
 import attrs
 
 from .model import COUNTED_STATES, READY_STATES, Job
+
+# Entry layout: (-priority, group priority, lifo first, run time or -seq, seq, job).
+SEQ = 4
+JOB = 5
 
 
 @attrs.define(slots=True, eq=False)
@@ -29,56 +39,110 @@ class Waiter:
     done: bool = False
 
 
+def is_current(entry: tuple[Any, ...]) -> bool:
+    """Whether a heap entry still stands for a ready job."""
+    job = entry[JOB]
+    return job.ready_seq == entry[SEQ] and job.state in READY_STATES
+
+
 @attrs.define(slots=True, eq=False)
 class QueueState:
-    """One queue's ready jobs, parked pulls and per-state counts."""
+    """One queue's ready jobs, parked pulls, per-state counts and per-group activity."""
 
     name: str
     ready: list[tuple[Any, ...]] = attrs.Factory(list)
     waiters: deque[Waiter] = attrs.Factory(deque)
     delayed: set[Job] = attrs.Factory(set)
     counts: dict[str, int] = attrs.Factory(lambda: dict.fromkeys(COUNTED_STATES, 0))
+    group_pending: dict[str, int] = attrs.Factory(dict)
+    group_active: dict[str, int] = attrs.Factory(dict)
+    group_starts: dict[str, deque[float]] = attrs.Factory(dict)
 
     def push_ready(self, job: Job, seq: int) -> None:
         """Put a ready job on the heap under a fresh sequence number."""
         job.ready_seq = seq
+        priority: float
+        group_priority: float
         entry: tuple[Any, ...]
-        if job.lifo:
-            entry = (-job.priority, 0, -seq, seq, job)
+        if job.group_id is None:
+            priority, group_priority = -job.priority, 0
         else:
-            entry = (-job.priority, 1, job.run_at, seq, job)
+            priority, group_priority = 0, job.priority
+        if job.lifo:
+            entry = (priority, group_priority, 0, -seq, seq, job)
+        else:
+            entry = (priority, group_priority, 1, job.run_at, seq, job)
         heapq.heappush(self.ready, entry)
 
-    def pop_ready(self) -> Job | None:
-        """Take the best ready job, skipping stale entries; None when there is none."""
+    def pop_entry(self) -> tuple[Any, ...] | None:
+        """Take the best current entry off the heap (its job is no longer marked ready)."""
         ready = self.ready
         while ready:
             entry = heapq.heappop(ready)
-            job = entry[4]
-            if job.ready_seq == entry[3] and job.state in READY_STATES:
-                job.ready_seq = -1
-                return job
+            if is_current(entry):
+                entry[JOB].ready_seq = -1
+                return entry
         return None
 
-    def compact(self) -> None:
-        """Drop stale entries from the ready heap and answered polls from the waiters."""
-        self.ready = [
-            e for e in self.ready if e[4].ready_seq == e[3] and e[4].state in READY_STATES
-        ]
-        heapq.heapify(self.ready)
-        self.waiters = deque(w for w in self.waiters if not w.done and not w.session.closed)
+    def put_back(self, entry: tuple[Any, ...]) -> None:
+        """Return an entry taken by `pop_entry` to its old place."""
+        entry[JOB].ready_seq = entry[SEQ]
+        heapq.heappush(self.ready, entry)
 
-    def idle(self) -> bool:
-        """No job counted in any state, nothing ready, nobody waiting."""
-        return not any(self.counts.values()) and not self.ready and not self.waiters
+    def pop_ready(self) -> Job | None:
+        """Take the best ready job; None when there is none."""
+        entry = self.pop_entry()
+        return None if entry is None else entry[JOB]
 
     def has_ready(self) -> bool:
         """Whether a current ready entry exists (drops stale ones at the top)."""
         ready = self.ready
         while ready:
-            entry = ready[0]
-            job = entry[4]
-            if job.ready_seq == entry[3] and job.state in READY_STATES:
+            if is_current(ready[0]):
                 return True
             heapq.heappop(ready)
         return False
+
+    # -- groups --------------------------------------------------------------------------------
+
+    def group_admits(self, group: str, options: dict[str, Any], now: float) -> bool:
+        """Whether one more job of `group` may start under a PULL's group options."""
+        concurrency = options.get("concurrency")
+        if concurrency is not None and self.group_active.get(group, 0) >= concurrency:
+            return False
+        limit = options.get("limit")
+        if limit is None:
+            return True
+        starts = self.group_starts.get(group)
+        if starts is None:
+            return True
+        while starts and starts[0] <= now - limit["duration"]:
+            starts.popleft()
+        return len(starts) < limit["max"]
+
+    def group_frees_at(self, group: str, options: dict[str, Any]) -> float | None:
+        """When a rate-limited group may start a job again (None: not rate limited now)."""
+        limit = options.get("limit")
+        starts = self.group_starts.get(group)
+        if limit is None or not starts or len(starts) < limit["max"]:
+            return None
+        return starts[0] + limit["duration"]
+
+    def record_start(self, group: str, options: dict[str, Any], now: float) -> None:
+        """Note a start for the group's rate window (only when the PULL sets a limit)."""
+        if options.get("limit") is not None:
+            self.group_starts.setdefault(group, deque()).append(now)
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    def compact(self) -> None:
+        """Drop stale entries from the ready heap and answered polls from the waiters."""
+        self.ready = [entry for entry in self.ready if is_current(entry)]
+        heapq.heapify(self.ready)
+        self.waiters = deque(w for w in self.waiters if not w.done and not w.session.closed)
+        self.group_pending = {g: n for g, n in self.group_pending.items() if n}
+        self.group_active = {g: n for g, n in self.group_active.items() if n}
+
+    def idle(self) -> bool:
+        """No job counted in any state, nothing ready, nobody waiting."""
+        return not any(self.counts.values()) and not self.ready and not self.waiters

@@ -36,6 +36,7 @@ from .model import (
 from .queues import QueueState
 from .timers import TimerWheel
 
+NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
 MAX_BACKOFF_MS = 3_600_000
 MAX_STALLS = 3
 
@@ -48,6 +49,7 @@ TIMEOUT = "timeout"
 TTL = "ttl"
 STALL = "stall"
 KEY_EXPIRY = "key-expiry"
+GROUP_WAKE = "group-wake"
 TIMEOUT_REASON = "Job timeout exceeded"
 TTL_REASON = "Job expired (ttl)"
 
@@ -159,18 +161,35 @@ class EngineState:
 
     def _enter(self, job: Job, state: str, persist: bool = True) -> None:
         queue = self.queue(job.queue)
-        counts = queue.counts
-        old = job.state
-        if old in counts and job.id in self.jobs:
-            counts[old] -= 1
-            if old == DELAYED:
-                queue.delayed.discard(job)
+        if job.state:
+            self._leave(queue, job)
         job.state = state
-        counts[state] += 1
+        queue.counts[state] += 1
         if state == DELAYED:
             queue.delayed.add(job)
+        group = job.group_id
+        if group is not None:
+            tally = queue.group_active if state == ACTIVE else queue.group_pending
+            if state == ACTIVE or state in NOT_STARTED:
+                tally[group] = tally.get(group, 0) + 1
         if persist and self.tracking:
             self.changed[job.id] = job
+
+    def _leave(self, queue: QueueState, job: Job) -> None:
+        """Undo what the job's current state adds to its queue's tallies."""
+        old = job.state
+        queue.counts[old] -= 1
+        if old == DELAYED:
+            queue.delayed.discard(job)
+        group = job.group_id
+        if group is None:
+            return
+        if old == ACTIVE:
+            queue.group_active[group] -= 1
+            if queue.waiters:  # a group slot came free: parked pulls may now take a job
+                self.dirty_queues.add(queue)
+        elif old in NOT_STARTED:
+            queue.group_pending[group] -= 1
 
     def take_changes(self) -> tuple[list[Job], list[str], bool]:
         """Jobs to write, ids to delete, and whether a `durable` job is among the writes."""
@@ -462,10 +481,8 @@ class EngineState:
             self.wheel.schedule(expiry, RETENTION, retention)
 
     def _forget(self, job: Job) -> None:
-        queue = self.queue(job.queue)
-        if job.state in queue.counts:
-            queue.counts[job.state] -= 1
-        queue.delayed.discard(job)
+        if job.state:
+            self._leave(self.queue(job.queue), job)
         self.finished.append(job)
         job.state = ""
         del self.jobs[job.id]

@@ -1,0 +1,81 @@
+"""Groups: priority within a group, groupMaxSize admission, PULL group limits."""
+
+from __future__ import annotations
+
+import trio
+
+from tests.engine.test_push_pull import pull_ids, push
+from tests.support.client import FrameClient
+
+
+async def test_group_priority_runs_zero_first(client: FrameClient) -> None:
+    late = await push(client, groupId="g", priority=5)
+    first = await push(client, groupId="g", priority=0)
+    middle = await push(client, groupId="g", priority=2)
+    assert await pull_ids(client) == [first, middle, late]
+
+
+async def test_group_max_size_admission_is_all_or_nothing(client: FrameClient) -> None:
+    await push(client, groupId="g", groupMaxSize=2)
+    reply = await client.call(
+        "PUSHB",
+        queue="q",
+        jobs=[
+            {"data": 1, "groupId": "g", "groupMaxSize": 2},
+            {"data": 2, "groupId": "g", "groupMaxSize": 2},
+            {"data": 3, "groupId": "other", "groupMaxSize": 2},
+        ],
+    )
+    assert reply["error"] == "jobs[1]: Group g is full (groupMaxSize 2)"
+    assert (await client.call("Count", queue="q"))["count"] == 1
+    single = await client.call("PUSH", queue="q", data={}, groupId="g", groupMaxSize=1)
+    assert single["error"] == "Group g is full (groupMaxSize 1)"
+    await pull_ids(client)  # started jobs no longer count as pending
+    assert await push(client, groupId="g", groupMaxSize=1)
+
+
+async def test_a_busy_group_does_not_block_other_jobs(client: FrameClient) -> None:
+    a1 = await push(client, groupId="a")
+    a2 = await push(client, groupId="a")
+    plain = await push(client)
+    b1 = await push(client, groupId="b")
+    one_each = {"concurrency": 1}
+    reply = await client.call("PULLB", queue="q", count=10, group=one_each)
+    assert [job["id"] for job in reply["jobs"]] == [a1, plain, b1]
+    assert (await client.call("PULL", queue="q", group=one_each))["job"] is None
+    await client.call("ACK", id=a1)
+    assert (await client.call("PULL", queue="q", group=one_each))["job"]["id"] == a2
+
+
+async def test_a_parked_pull_takes_a_job_when_its_group_frees(
+    client: FrameClient, autojump_clock
+) -> None:
+    first = await push(client, groupId="a")
+    second = await push(client, groupId="a")
+    await client.call("PULL", queue="q", group={"concurrency": 1})
+    await client.send(
+        {"cmd": "PULL", "queue": "q", "timeout": 30_000, "group": {"concurrency": 1}, "reqId": "p"}
+    )
+    await trio.sleep(1)
+    start = trio.current_time()
+    await client.call("ACK", id=first)
+    assert (await client.receive_for("p"))["job"]["id"] == second
+    assert trio.current_time() - start < 0.01
+
+
+async def test_group_rate_limit(client: FrameClient, autojump_clock) -> None:
+    ids = [await push(client, groupId="a") for _ in range(3)]
+    limit = {"limit": {"max": 2, "duration": 1000}}
+    reply = await client.call("PULLB", queue="q", count=10, group=limit)
+    assert [job["id"] for job in reply["jobs"]] == ids[:2]
+    start = trio.current_time()
+    reply = await client.call("PULL", queue="q", timeout=5000, group=limit)
+    assert reply["job"]["id"] == ids[2]
+    assert 0.99 < trio.current_time() - start < 1.01
+
+
+async def test_group_option_validation(client: FrameClient) -> None:
+    bad = await client.call("PULL", queue="q", group={"concurrency": 0})
+    assert bad["error"] == "group.concurrency must be at least 1"
+    bad = await client.call("PULL", queue="q", group={"limit": {"max": 1, "duration": 0}})
+    assert bad["error"] == "group.limit.duration must be greater than 0"
