@@ -27,15 +27,46 @@ from .model import (
     UNKNOWN,
     Job,
     job_from_push,
+    next_occurrence_of,
     uuid7,
     uuid7s,
 )
 from .queues import JOB, QueueState, Waiter
+from .schedule import (
+    ScheduleError,
+    check_pattern,
+    first_occurrence,
+    next_occurrence,
+    zone,
+)
 from .state import GROUP_WAKE, NOT_STARTED, POLL, WAIT_JOB, EngineState
 from .workers import WorkerRegistry
 
 log = logging.getLogger(__name__)
 Reply = dict[str, Any]
+
+
+def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
+    """A repeat's pattern and zone must be usable, and it must have a future occurrence."""
+    if repeat is None or (repeat.get("pattern") is None and repeat.get("every") is None):
+        return
+    try:
+        if repeat.get("pattern") is not None:
+            check_pattern(repeat["pattern"], repeat.get("tz"))
+        elif repeat.get("tz") is not None:
+            zone(repeat["tz"])
+    except ScheduleError as exc:
+        raise EngineError(str(exc)) from None
+    if first_occurrence(repeat, now) is None:
+        raise EngineError("repeat has no occurrence before its endDate")
+
+
+def first_run(repeat: dict[str, Any], run_at: float) -> float:
+    """The first occurrence of a repeating job (its own delay counts as the earliest)."""
+    if repeat.get("pattern") is None and repeat.get("every") is None:
+        return run_at
+    first = first_occurrence(repeat, run_at)
+    return run_at if first is None else first
 
 
 def already_finalized() -> Reply:
@@ -143,6 +174,7 @@ class Engine(LifecycleHandlers):
         """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
         dependencies must exist."""
         self._check_dependencies(command.dependsOn or (), ())
+        check_repeat(command.repeat, now)
         self._check_group_room(command.queue, [command])
         existing = self._settle_duplicate(command.queue, command, command.jobId, now)
         if existing is not None:
@@ -159,6 +191,7 @@ class Engine(LifecycleHandlers):
         for index, item in enumerate(items):
             try:
                 self._check_dependencies(item.dependsOn or (), batch_ids)
+                check_repeat(item.repeat, now)
             except EngineError as exc:
                 raise EngineError(f"jobs[{index}]: {exc}") from None
         self._check_group_room(queue, items, batch=True)
@@ -241,7 +274,10 @@ class Engine(LifecycleHandlers):
                 raise errors.dependency_missing(dep_id)
 
     def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
-        return job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
+        job = job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
+        if job.repeat is not None:
+            job.run_at = first_run(job.repeat, job.run_at)
+        return job
 
     # -- pull ----------------------------------------------------------------------------------
 
@@ -283,9 +319,23 @@ class Engine(LifecycleHandlers):
                 queue.record_start(group, groups, now)
             tokens.append(self.state.claim(job, now, command.owner, command.lockTtl, holder))
             jobs.append(job)
+            if job.repeat is not None:
+                self._add_next_occurrence(job, now)
         for entry in passed_over:
             queue.put_back(entry)
         return jobs, tokens
+
+    def _add_next_occurrence(self, job: Job, now: float) -> None:
+        """A repeating job started: its next occurrence waits on the timer wheel, at the time
+        its schedule gives (not when this one finishes)."""
+        repeat = job.repeat or {}
+        if "count" not in repeat or repeat.get("nextCreated"):
+            return
+        run_at = next_occurrence(repeat, job.run_at, now)
+        repeat["nextCreated"] = True  # only once, even if this occurrence runs again
+        self.state.touch(job)
+        if run_at is not None:
+            self.state.add(next_occurrence_of(job, uuid7(), run_at, now), now)
 
     def _wake_when_group_frees(self, queue: QueueState, group: str, options: Any) -> None:
         # The pull that met the limit may be about to park: wake the queue's parked pulls

@@ -225,6 +225,33 @@ class Job:
         return wire
 
 
+# Options a repeating job's next occurrence inherits (not its ids, keys or flow links).
+INHERITED_OPTIONS = (
+    "priority", "lifo", "max_attempts", "backoff", "backoff_config", "ttl", "timeout", "tags",
+    "group_id", "group_max_size", "remove_on_complete", "remove_on_fail", "durable",
+    "stall_timeout", "stack_trace_limit", "keep_logs", "size_limit",
+)  # fmt: skip
+
+
+def next_occurrence_of(job: Job, job_id: str, run_at: float, now: float) -> Job:
+    """The next occurrence of a repeating job: same name, data and options, count + 1."""
+    repeat = dict(job.repeat or {}, count=(job.repeat or {}).get("count", 0) + 1)
+    repeat["prevMillis"] = job.run_at
+    repeat.pop("nextCreated", None)
+    options = {name: getattr(job, name) for name in INHERITED_OPTIONS}
+    return Job(
+        job_id,
+        job.queue,
+        job.name,
+        job.data,
+        now,
+        run_at,
+        repeat=repeat,
+        last_heartbeat=now,
+        **options,
+    )
+
+
 def job_from_push(fields: Any, queue: str, job_id: str, custom_id: str | None, now: float) -> Job:
     """Build a Job from validated PUSH/PUSHB fields (protocol.jobspec.JobFields)."""
     if not fields.optionsGiven:  # every option at its default: the Job's defaults are the same

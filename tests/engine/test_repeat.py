@@ -1,0 +1,64 @@
+"""Repeating jobs: the next occurrence is scheduled from the schedule, on the timer wheel."""
+
+from __future__ import annotations
+
+import trio
+
+from tests.conftest import EPOCH_MS
+from tests.engine.test_push_pull import push
+from tests.support.client import FrameClient
+
+
+async def pull_job(client: FrameClient, queue: str = "q", timeout: int = 60_000) -> dict:
+    reply = await client.call("PULL", queue=queue, timeout=timeout)
+    assert reply["job"] is not None
+    return reply["job"]
+
+
+async def test_every_runs_on_its_schedule_up_to_the_limit(
+    client: FrameClient, autojump_clock
+) -> None:
+    await push(client, data={"report": 1}, repeat={"every": 1000, "limit": 3})
+    start = trio.current_time()
+    seen = []
+    for _ in range(3):
+        job = await pull_job(client)
+        seen.append((round(trio.current_time() - start, 3), job["repeat"]["count"], job["data"]))
+        await client.call("ACK", id=job["id"])
+    assert seen == [(0.0, 0, {"report": 1}), (1.0, 1, {"report": 1}), (2.0, 2, {"report": 1})]
+    assert (await client.call("PULL", queue="q", timeout=5000))["job"] is None
+
+
+async def test_a_slow_occurrence_does_not_delay_the_schedule(
+    client: FrameClient, autojump_clock
+) -> None:
+    await push(client, repeat={"every": 1000})
+    first = await pull_job(client)
+    await trio.sleep(2.5)  # the worker is slow: the 1 s and 2 s runs were missed
+    await client.call("ACK", id=first["id"])
+    second = await pull_job(client)
+    assert second["runAt"] - first["runAt"] == 1000  # made when the first one started
+    third = await pull_job(client)
+    assert third["runAt"] - first["runAt"] == 3000  # missed times are skipped, phase kept
+
+
+async def test_pattern_with_time_zone(client: FrameClient, autojump_clock) -> None:
+    # EPOCH_MS is 2027-01-15 08:00 UTC; 10:00 in Helsinki is 08:00 UTC (+2 in winter).
+    await push(client, repeat={"pattern": "0 10 * * *", "tz": "Europe/Helsinki"})
+    job = await pull_job(client, timeout=60_000)
+    assert job["runAt"] == EPOCH_MS
+    second = (await client.call("GetJobCounts", queue="q"))["counts"]["delayed"]
+    assert second == 1
+
+
+async def test_bad_patterns_are_refused(client: FrameClient) -> None:
+    reply = await client.call("PUSH", queue="q", data={}, repeat={"pattern": "every day"})
+    assert reply["error"] == "Invalid cron expression: every day"
+    reply = await client.call(
+        "PUSH", queue="q", data={}, repeat={"pattern": "* * * * *", "tz": "Nowhere/City"}
+    )
+    assert reply["error"] == "Invalid timezone: Nowhere/City"
+    reply = await client.call(
+        "PUSH", queue="q", data={}, repeat={"every": 1000, "endDate": 1000, "immediately": True}
+    )
+    assert reply["error"] == "repeat has no occurrence before its endDate"
