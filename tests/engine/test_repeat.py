@@ -9,8 +9,8 @@ from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
 
 
-async def pull_job(client: FrameClient, queue: str = "q", timeout: int = 60_000) -> dict:
-    reply = await client.call("PULL", queue=queue, timeout=timeout)
+async def pull_job(client: FrameClient, queue: str = "q", wait_ms: int = 60_000) -> dict:
+    reply = await client.call("PULL", queue=queue, timeout=wait_ms)
     assert reply["job"] is not None
     return reply["job"]
 
@@ -45,7 +45,7 @@ async def test_a_slow_occurrence_does_not_delay_the_schedule(
 async def test_pattern_with_time_zone(client: FrameClient, autojump_clock) -> None:
     # EPOCH_MS is 2027-01-15 08:00 UTC; 10:00 in Helsinki is 08:00 UTC (+2 in winter).
     await push(client, repeat={"pattern": "0 10 * * *", "tz": "Europe/Helsinki"})
-    job = await pull_job(client, timeout=60_000)
+    job = await pull_job(client, wait_ms=60_000)
     assert job["runAt"] == EPOCH_MS
     second = (await client.call("GetJobCounts", queue="q"))["counts"]["delayed"]
     assert second == 1
