@@ -4,10 +4,10 @@ A store keeps opaque job records (id, queue, state, body) and commits a batch of
 atomically. It knows nothing of the engine's rules; this package never imports `broker`.
 """
 
-from .base import JobRow, Store, StoreError
+from .base import JobRow, Record, Store, StoreError
 from .memory import MemoryStore
 
-__all__ = ["JobRow", "MemoryStore", "Store", "StoreError", "open_sqlite"]
+__all__ = ["JobRow", "MemoryStore", "Record", "Store", "StoreError", "open_sqlite"]
 
 
 def open_sqlite(path: str) -> Store:

@@ -19,6 +19,14 @@ class JobRow(NamedTuple):
     body: bytes
 
 
+class Record(NamedTuple):
+    """A stored thing that is not a job (a cron, later queue settings): kind, key, body."""
+
+    kind: str
+    key: str
+    body: bytes
+
+
 class Store(Protocol):
     """Durable job records. Every method blocks; callers run them from one task at a time."""
 
@@ -26,8 +34,20 @@ class Store(Protocol):
         """Every stored job."""
         ...
 
-    def commit(self, upserts: Iterable[JobRow], deletes: Iterable[str], *, sync: bool) -> None:
-        """Write and delete in one transaction (all or nothing).
+    def load_records(self) -> list[Record]:
+        """Every stored record."""
+        ...
+
+    def commit(
+        self,
+        upserts: Iterable[JobRow],
+        deletes: Iterable[str],
+        *,
+        sync: bool,
+        records: Iterable[Record] = (),
+        record_deletes: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """Write and delete jobs and records in one transaction (all or nothing).
 
         With `sync`, the transaction is flushed to stable storage before returning (it survives
         power loss); without it, it survives a crash of the process.

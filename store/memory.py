@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .base import JobRow
+from .base import JobRow, Record
 
 
 class MemoryStore:
@@ -12,6 +12,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.rows: dict[str, JobRow] = {}
+        self.records: dict[tuple[str, str], Record] = {}
         self.commits = 0
         self.synced_commits = 0
 
@@ -19,14 +20,30 @@ class MemoryStore:
         """Every stored job."""
         return list(self.rows.values())
 
-    def commit(self, upserts: Iterable[JobRow], deletes: Iterable[str], *, sync: bool) -> None:
-        """Apply upserts then deletes."""
-        upserts = list(upserts)
-        deletes = list(deletes)
+    def load_records(self) -> list[Record]:
+        """Every stored record."""
+        return list(self.records.values())
+
+    def commit(
+        self,
+        upserts: Iterable[JobRow],
+        deletes: Iterable[str],
+        *,
+        sync: bool,
+        records: Iterable[Record] = (),
+        record_deletes: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """Apply upserts then deletes (everything is read first, so a failure changes nothing)."""
+        upserts, deletes = list(upserts), list(deletes)
+        records, record_deletes = list(records), list(record_deletes)
         for row in upserts:
             self.rows[row.id] = row
         for job_id in deletes:
             self.rows.pop(job_id, None)
+        for record in records:
+            self.records[(record.kind, record.key)] = record
+        for key in record_deletes:
+            self.records.pop(key, None)
         self.commits += 1
         self.synced_commits += sync
 

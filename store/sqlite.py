@@ -13,9 +13,9 @@ from collections.abc import Iterable
 
 import apsw
 
-from .base import JobRow, StoreError
+from .base import JobRow, Record, StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Each entry migrates the schema from version N-1 to N.
 MIGRATIONS: dict[int, str] = {
@@ -27,11 +27,22 @@ MIGRATIONS: dict[int, str] = {
             body  BLOB NOT NULL
         ) WITHOUT ROWID;
     """,
+    2: """
+        CREATE TABLE records (
+            kind TEXT NOT NULL,
+            key  TEXT NOT NULL,
+            body BLOB NOT NULL,
+            PRIMARY KEY (kind, key)
+        ) WITHOUT ROWID;
+    """,
 }
 
 UPSERT = "INSERT OR REPLACE INTO jobs (id, queue, state, body) VALUES (?, ?, ?, ?)"
 DELETE = "DELETE FROM jobs WHERE id = ?"
 SELECT_ALL = "SELECT id, queue, state, body FROM jobs"
+UPSERT_RECORD = "INSERT OR REPLACE INTO records (kind, key, body) VALUES (?, ?, ?)"
+DELETE_RECORD = "DELETE FROM records WHERE kind = ? AND key = ?"
+SELECT_RECORDS = "SELECT kind, key, body FROM records"
 
 
 class SqliteStore:
@@ -85,7 +96,19 @@ class SqliteStore:
         """Every stored job."""
         return [JobRow(*row) for row in self._db.execute(SELECT_ALL)]
 
-    def commit(self, upserts: Iterable[JobRow], deletes: Iterable[str], *, sync: bool) -> None:
+    def load_records(self) -> list[Record]:
+        """Every stored record."""
+        return [Record(*row) for row in self._db.execute(SELECT_RECORDS)]
+
+    def commit(
+        self,
+        upserts: Iterable[JobRow],
+        deletes: Iterable[str],
+        *,
+        sync: bool,
+        records: Iterable[Record] = (),
+        record_deletes: Iterable[tuple[str, str]] = (),
+    ) -> None:
         """Write and delete in one IMMEDIATE transaction; raises StoreError on failure."""
         db = self._db
         try:
@@ -95,6 +118,8 @@ class SqliteStore:
             try:
                 db.executemany(UPSERT, upserts)
                 db.executemany(DELETE, ((job_id,) for job_id in deletes))
+                db.executemany(UPSERT_RECORD, records)
+                db.executemany(DELETE_RECORD, record_deletes)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise

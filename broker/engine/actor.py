@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import trio
 
-from store import JobRow, Store
+from store import Store
 
 from ..clock import Clock
 from .core import Engine
@@ -68,10 +68,10 @@ class EngineActor:
         self.clock = clock
         self.store = store
         if store is not None:
-            engine.state.restore([job_from_row(row) for row in store.load()], clock.now_ms())
-            write = self._take_writes()
-            if write is not None:  # what the restart itself changed (requeued, expired)
-                store.commit(*write[:2], sync=write[2])
+            now = clock.now_ms()
+            engine.state.restore([job_from_row(row) for row in store.load()], now)
+            engine.restore_crons(store.load_records(), now)
+            self._commit_to(store)  # what the restart itself changed (requeued, expired)
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
         # Sessions with staged replies register here; they are released after the commit.
         self.outbox: set[Any] = set()
@@ -153,13 +153,6 @@ class EngineActor:
         engine.tick(now)
         self.passes += 1
 
-    def _take_writes(self) -> tuple[list[JobRow], list[str], bool] | None:
-        """The pass's changes as rows (encoded here, where the jobs live), or None."""
-        changed, deleted, sync = self.engine.state.take_changes()
-        if not changed and not deleted:
-            return None
-        return [job_to_row(job) for job in changed], deleted, sync
-
     def _commit(self) -> None:
         """Store the pass's changes in one transaction.
 
@@ -168,12 +161,15 @@ class EngineActor:
         (fail-stop): the pass's replies have not been released, so no client was told `ok` for
         a change that is not stored, and a restart resumes from the last commit.
         """
-        if self.store is None:
-            return
-        write = self._take_writes()
-        if write is not None:
-            rows, deleted, sync = write
-            self.store.commit(rows, deleted, sync=sync)
+        if self.store is not None:
+            self._commit_to(self.store)
+
+    def _commit_to(self, store: Store) -> None:
+        changed, deleted, sync = self.engine.state.take_changes()
+        records, record_deletes = self.engine.take_cron_writes()
+        if changed or deleted or records or record_deletes:
+            rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
+            store.commit(rows, deleted, sync=sync, records=records, record_deletes=record_deletes)
 
     def _release(self) -> None:
         outbox = self.outbox

@@ -17,6 +17,7 @@ from protocol import CommandError
 from protocol import commands as cmd
 
 from . import errors
+from .crons import CRON, Cron, CronHandlers
 from .errors import EngineError
 from .keys import DEBOUNCE, UNIQUE
 from .lifecycle import LifecycleHandlers
@@ -80,13 +81,15 @@ def drop_answered(waiters: Any) -> None:
         waiters.popleft()
 
 
-class Engine(LifecycleHandlers):
+class Engine(LifecycleHandlers, CronHandlers):
     """The broker's single writer: executes commands against EngineState."""
 
     def __init__(self, state: EngineState | None = None) -> None:
         self.state = state if state is not None else EngineState()
         self.workers = WorkerRegistry()
         self.job_waiters: dict[str, list[tuple[Any, Any]]] = {}
+        self.crons: dict[str, Cron] = {}
+        self.changed_crons: set[str] = set()
         self._handlers: dict[type, Any] = {
             cmd.Push: self.push,
             cmd.PushBatch: self.push_batch,
@@ -107,6 +110,7 @@ class Engine(LifecycleHandlers):
             cmd.Heartbeat: self.workers.heartbeat,
             cmd.ListWorkers: self.workers.list,
             **self.lifecycle_handlers(),
+            **self.cron_handlers(),
         }
 
     # -- the actor's entry points --------------------------------------------------------------
@@ -125,12 +129,15 @@ class Engine(LifecycleHandlers):
 
     def tick(self, now: float) -> None:
         """Fire due timers and answer long polls that can now be served or have timed out."""
-        for kind, target in self.state.fire_timers(now):
+        for kind, target, token in self.state.fire_timers(now):
             if kind == WAIT_JOB:
                 self.wait_timed_out(target)
                 continue
             if kind == GROUP_WAKE:
                 self.state.dirty_queues.add(target)
+                continue
+            if kind == CRON:
+                self.fire_cron(target, token, now)
                 continue
             waiter = target
             if not waiter.done:

@@ -512,10 +512,10 @@ class EngineState:
 
     # -- timers --------------------------------------------------------------------------------
 
-    def fire_timers(self, now: float) -> list[tuple[str, Any]]:
+    def fire_timers(self, now: float) -> list[tuple[str, Any, Any]]:
         """Apply every due delay, lease expiry and retention limit; returns the due timers
-        that are the engine's to answer (long polls and WaitJob), as (kind, target)."""
-        for_engine: list[tuple[str, Any]] = []
+        that are the engine's to handle (polls, WaitJob, crons), as (kind, target, token)."""
+        for_engine: list[tuple[str, Any, Any]] = []
         for timer in self.wheel.pop_due(now):
             job = timer.target
             if timer.kind == PROMOTE:
@@ -541,7 +541,7 @@ class EngineState:
                 if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
                     self.fail(job, now, TTL_REASON, job.remove_on_fail)
             else:
-                for_engine.append((timer.kind, timer.target))
+                for_engine.append((timer.kind, timer.target, timer.token))
         return for_engine
 
     def time_out(self, job: Job, now: float) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store import JobRow, MemoryStore, Store, StoreError, open_sqlite
+from store import JobRow, MemoryStore, Record, Store, StoreError, open_sqlite
 from store.sqlite import SCHEMA_VERSION
 
 
@@ -77,3 +77,28 @@ def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError, match="not a trioq database or is corrupt"):
         open_sqlite(str(path))
+
+
+def test_records_commit_with_jobs_and_survive_reopening(store: Store, tmp_path: Path) -> None:
+    cron = Record("cron", "nightly", b"\x81\xa1n\x01")
+    store.commit([row("a")], [], sync=False, records=[cron, Record("cron", "x", b"\x01")])
+    store.commit([], [], sync=False, record_deletes=[("cron", "x")])
+    assert store.load_records() == [cron]
+
+
+def test_sqlite_migrates_a_version_1_file_forward(tmp_path: Path) -> None:
+    import apsw
+
+    from store.sqlite import MIGRATIONS
+
+    path = str(tmp_path / "t.db")
+    db = apsw.Connection(path)
+    db.execute(MIGRATIONS[1])
+    db.execute("INSERT INTO jobs VALUES ('a', 'q', 'waiting', x'80')")
+    db.execute("PRAGMA user_version=1")
+    db.close()
+    store = open_sqlite(path)
+    assert store.load() == [row("a")]
+    store.commit([], [], sync=False, records=[Record("cron", "c", b"\x01")])
+    assert store.load_records() == [Record("cron", "c", b"\x01")]
+    store.close()

@@ -1,0 +1,189 @@
+"""Crons: named schedules that push a job each time they fire.
+
+A cron fires on the timer wheel at its `nextRun`; firing pushes a job (name = the cron's name)
+and moves `nextRun` on, in the same pass, so both are committed together. With
+`preventOverlap` (the default) the job carries the unique key `cron:<name>`, so a fire while
+the previous run is still queued or active adds nothing. After `maxLimit` fires the cron
+deletes itself. On restart a `nextRun` that passed while the broker was down moves to the next
+future time (`skipMissedOnRestart`, the default) or fires once at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import msgspec
+
+from protocol import crons as cmd
+from store import Record
+
+from .errors import EngineError
+from .keys import UNIQUE
+from .model import Job, uuid7
+from .schedule import ScheduleError, check_pattern, next_every, next_fire, zone
+from .state import EngineState
+
+CRON = "cron"
+CRON_NOT_FOUND = "Cron job not found"
+Reply = dict[str, Any]
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(dict[str, Any]).decode
+
+
+@attrs.define(slots=True, eq=False)
+class Cron:
+    """One cron and its progress."""
+
+    name: str
+    queue: str
+    data: bytes
+    schedule: str | None
+    repeat_every: float | None
+    priority: float
+    max_limit: int | None
+    timezone: str | None
+    unique_key: str | None
+    prevent_overlap: bool
+    skip_missed_on_restart: bool
+    next_run: float
+    executions: int = 0
+    generation: int = 0  # which timer is current (transient)
+
+    def following(self, after: float, now: float) -> float:
+        """The fire time after `after` (a fire at `after` just happened, or is missed)."""
+        if self.schedule is not None:
+            return next_fire(self.schedule, self.timezone, max(after, now), after)
+        assert self.repeat_every is not None
+        return next_every(self.repeat_every, after, now)
+
+    def summary(self) -> Reply:
+        """The cron as Cron/CronGet/CronList show it."""
+        return {
+            "name": self.name,
+            "queue": self.queue,
+            "schedule": self.schedule,
+            "repeatEvery": self.repeat_every,
+            "nextRun": self.next_run,
+            "timezone": self.timezone,
+            "executions": self.executions,
+            "maxLimit": self.max_limit,
+        }
+
+    def to_record(self) -> Record:
+        """The stored form."""
+        body = attrs.asdict(self, filter=lambda a, _: a.name != "generation")
+        return Record(CRON, self.name, _encode(body))
+
+
+def cron_from_record(record: Record) -> Cron:
+    """A stored cron."""
+    return Cron(**_decode(record.body))
+
+
+class CronHandlers:
+    """Cron, CronGet, CronDelete, CronList, and firing (mixed into Engine)."""
+
+    state: EngineState
+    crons: dict[str, Cron]
+    changed_crons: set[str]
+
+    def cron_handlers(self) -> dict[type, Any]:
+        """Command type -> handler, for the engine's dispatch table."""
+        return {
+            cmd.CronUpsert: self.cron_upsert,
+            cmd.CronGet: self.cron_get,
+            cmd.CronDelete: self.cron_delete,
+            cmd.CronList: self.cron_list,
+        }
+
+    def cron_upsert(self, session: Any, command: cmd.CronUpsert, now: float) -> Reply:
+        """Cron: create or replace; executions carry over; `immediately` fires a new one now."""
+        try:
+            if command.schedule is not None:
+                check_pattern(command.schedule, command.timezone)
+            else:
+                zone(command.timezone)
+        except ScheduleError as exc:
+            raise EngineError(str(exc)) from None
+        old = self.crons.get(command.name)
+        cron = Cron(
+            command.name, command.queue, command.data, command.schedule,  # type: ignore[arg-type]
+            command.repeatEvery, command.priority, command.maxLimit, command.timezone,
+            command.uniqueKey, command.preventOverlap, command.skipMissedOnRestart, now,
+            old.executions if old else 0, (old.generation + 1) if old else 0,
+        )  # fmt: skip
+        if not (command.immediately and old is None):
+            cron.next_run = cron.following(now, now)
+        self._arm_cron(cron)
+        keys = ("name", "queue", "schedule", "repeatEvery", "nextRun", "timezone")
+        return {"ok": True, "cron": {key: cron.summary()[key] for key in keys}}
+
+    def cron_get(self, session: Any, command: cmd.CronGet, now: float) -> Reply:
+        """CronGet."""
+        cron = self.crons.get(command.name)
+        if cron is None:
+            raise EngineError(CRON_NOT_FOUND)
+        return {"ok": True, "cron": cron.summary()}
+
+    def cron_delete(self, session: Any, command: cmd.CronDelete, now: float) -> Reply:
+        """CronDelete."""
+        if self.crons.pop(command.name, None) is None:
+            raise EngineError(CRON_NOT_FOUND)
+        self._cron_changed(command.name)
+        return {"ok": True}
+
+    def cron_list(self, session: Any, command: cmd.CronList, now: float) -> Reply:
+        """CronList."""
+        return {"ok": True, "crons": [cron.summary() for cron in self.crons.values()]}
+
+    def _cron_changed(self, name: str) -> None:
+        if self.state.tracking:  # only a store needs to hear of it
+            self.changed_crons.add(name)
+
+    def _arm_cron(self, cron: Cron) -> None:
+        cron.generation += 1
+        self.crons[cron.name] = cron
+        self._cron_changed(cron.name)
+        self.state.wheel.schedule(cron.next_run, CRON, cron, cron.generation)
+
+    def fire_cron(self, cron: Cron, generation: int, now: float) -> None:
+        """A cron's time came: push its job (unless the last one still runs), move on."""
+        if self.crons.get(cron.name) is not cron or cron.generation != generation:
+            return
+        if cron.max_limit is not None and cron.executions >= cron.max_limit:
+            del self.crons[cron.name]
+            self._cron_changed(cron.name)
+            return
+        key = cron.unique_key or (f"cron:{cron.name}" if cron.prevent_overlap else None)
+        if key is None or self.state.key_owner(UNIQUE, cron.queue, key, now) is None:
+            job = Job(uuid7(), cron.queue, cron.name, cron.data, now, now, unique_key=key)
+            job.priority = cron.priority
+            job.last_heartbeat = now
+            self.state.add(job, now)
+            cron.executions += 1
+        cron.next_run = cron.following(cron.next_run, now)
+        self._arm_cron(cron)
+
+    def restore_crons(self, records: list[Record], now: float) -> None:
+        """Load stored crons; a run missed while down is skipped or fired once (see above)."""
+        for record in records:
+            if record.kind != CRON:
+                continue
+            cron = cron_from_record(record)
+            if cron.next_run < now and cron.skip_missed_on_restart:
+                cron.next_run = cron.following(cron.next_run, now)
+            self._arm_cron(cron)
+
+    def take_cron_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
+        """Crons to write and to delete since the last commit."""
+        writes, deletes = [], []
+        for name in self.changed_crons:
+            cron = self.crons.get(name)
+            if cron is None:
+                deletes.append((CRON, name))
+            else:
+                writes.append(cron.to_record())
+        self.changed_crons.clear()
+        return writes, deletes

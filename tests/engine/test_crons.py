@@ -1,0 +1,75 @@
+"""Crons: named schedules that push jobs, persisted across restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from tests.engine.test_restart import Broker
+from tests.support.client import FrameClient
+
+
+async def count(client: FrameClient, queue: str = "cq") -> int:
+    counts = (await client.call("GetJobCounts", queue=queue))["counts"]
+    return sum(v for k, v in counts.items() if k != "paused")
+
+
+async def test_cron_pushes_on_its_interval_until_max_limit(
+    client: FrameClient, autojump_clock
+) -> None:
+    reply = await client.call(
+        "Cron", name="tick", queue="cq", data={"n": 1}, repeatEvery=1000, maxLimit=2,
+        preventOverlap=False,
+    )  # fmt: skip
+    assert reply["cron"]["nextRun"] - (await client.call("Ping"))["data"]["time"] == 1000
+    await trio.sleep(1.001)
+    job = (await client.call("PULL", queue="cq"))["job"]
+    assert (job["name"], job["data"]) == ("tick", {"n": 1})
+    await trio.sleep(5)
+    assert await count(client) == 2
+    assert (await client.call("CronGet", name="tick"))["error"] == "Cron job not found"
+
+
+async def test_prevent_overlap_skips_while_the_last_run_is_queued(
+    client: FrameClient, autojump_clock
+) -> None:
+    await client.call("Cron", name="c", queue="cq", data=1, repeatEvery=1000)
+    await trio.sleep(3.5)
+    assert await count(client) == 1
+    got = await client.call("CronGet", name="c")
+    assert got["cron"]["executions"] == 1
+    job = (await client.call("PULL", queue="cq"))["job"]
+    await client.call("ACK", id=job["id"])
+    await trio.sleep(1)
+    assert (await client.call("CronGet", name="c"))["cron"]["executions"] == 2
+
+
+async def test_cron_commands(client: FrameClient) -> None:
+    bad = await client.call("Cron", name="x", queue="cq", data=1)
+    assert bad["error"] == "Cron job must have either schedule or repeatEvery"
+    bad = await client.call("Cron", name="x", queue="cq", data=1, schedule="whenever")
+    assert bad["error"] == "Invalid cron expression: whenever"
+    ok = await client.call("Cron", name="a", queue="cq", data=1, schedule="0 * * * *")
+    assert ok["cron"]["schedule"] == "0 * * * *"
+    await client.call("Cron", name="b", queue="cq", data=1, repeatEvery=60_000)
+    names = [cron["name"] for cron in (await client.call("CronList"))["crons"]]
+    assert names == ["a", "b"]
+    assert (await client.call("CronDelete", name="a"))["ok"] is True
+    assert (await client.call("CronDelete", name="a"))["error"] == "Cron job not found"
+
+
+async def test_crons_survive_a_restart_and_skip_missed_runs(tmp_path: Path, autojump_clock) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        await client.call("Cron", name="c", queue="cq", data=1, repeatEvery=10_000)
+    await trio.sleep(35)  # three runs missed while down
+    async with broker.running() as connect:
+        client = await connect()
+        cron = (await client.call("CronGet", name="c"))["cron"]
+        now = (await client.call("Ping"))["data"]["time"]
+        assert 0 < cron["nextRun"] - now <= 10_000
+        assert await count(client) == 0
+        await trio.sleep(10)
+        assert await count(client) == 1
