@@ -31,6 +31,7 @@ test: lint
 
 bench: $(BIN)/.installed-test
 	$(BIN)/python -m benchmarks --compare --modes memory,sqlite
+	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
