@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import trio
 
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from tests.conftest import memory_connector
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
 
@@ -73,3 +79,40 @@ async def test_crons_survive_a_restart_and_skip_missed_runs(tmp_path: Path, auto
         assert await count(client) == 0
         await trio.sleep(10)
         assert await count(client) == 1
+
+
+async def run_cron_across(epoch_ms: float, hours: int, nursery) -> list[float]:
+    """Run a daily 02:30 Berlin cron from `epoch_ms` for `hours` (MockClock); its jobs' times."""
+    app = App(Config(port=0, memory=True), clock=Clock(epoch_ms))
+    await nursery.start(app.run)
+    client = await memory_connector(app, nursery)()
+    await client.call(
+        "Cron", name="nightly", queue="dst", data=1, schedule="30 2 * * *",
+        timezone="Europe/Berlin", preventOverlap=False,
+    )  # fmt: skip
+    await trio.sleep(hours * 3600)
+    jobs = (await client.call("PULLB", queue="dst", count=100))["jobs"]
+    app.shutdown()
+    return [job["createdAt"] for job in jobs]
+
+
+def berlin(epoch_ms: float) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, ZoneInfo("Europe/Berlin")).isoformat()
+
+
+async def test_autumn_change_fires_a_daily_cron_once(nursery, autojump_clock) -> None:
+    start = datetime(2026, 10, 24, 12, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp() * 1000
+    fired = await run_cron_across(start, 48, nursery)
+    assert [berlin(t) for t in fired] == [
+        "2026-10-25T02:30:00+02:00",
+        "2026-10-26T02:30:00+01:00",
+    ]
+
+
+async def test_spring_change_still_fires_a_daily_cron(nursery, autojump_clock) -> None:
+    start = datetime(2026, 3, 28, 12, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp() * 1000
+    fired = await run_cron_across(start, 48, nursery)
+    assert [berlin(t) for t in fired] == [
+        "2026-03-29T03:00:00+02:00",
+        "2026-03-30T02:30:00+02:00",
+    ]
