@@ -91,10 +91,10 @@ class PushItem(JobFields):
 _decode_item = msgspec.msgpack.Decoder(PushItem, ext_hook=ext_hook).decode
 
 
-def decode_items(raw_items: list[msgspec.Raw]) -> list[PushItem]:
+def decode_items(raw_items: list[msgspec.Raw], first_index: int = 0) -> list[PushItem]:
     """Decode PUSHB items one by one so that an error can name its index (`jobs[i]: ...`)."""
     items = []
-    for index, raw in enumerate(raw_items):
+    for index, raw in enumerate(raw_items, first_index):
         try:
             items.append(_decode_item(raw))
         except CommandError as exc:

@@ -19,6 +19,7 @@ from protocol import commands as cmd
 from . import errors
 from .crons import CRON, Cron, CronHandlers
 from .errors import EngineError
+from .flows import FlowHandlers
 from .keys import DEBOUNCE, UNIQUE
 from .lifecycle import LifecycleHandlers
 from .model import (
@@ -81,7 +82,7 @@ def drop_answered(waiters: Any) -> None:
         waiters.popleft()
 
 
-class Engine(LifecycleHandlers, CronHandlers):
+class Engine(LifecycleHandlers, CronHandlers, FlowHandlers):
     """The broker's single writer: executes commands against EngineState."""
 
     def __init__(self, state: EngineState | None = None) -> None:
@@ -111,6 +112,7 @@ class Engine(LifecycleHandlers, CronHandlers):
             cmd.ListWorkers: self.workers.list,
             **self.lifecycle_handlers(),
             **self.cron_handlers(),
+            **self.flow_handlers(),
         }
 
     # -- the actor's entry points --------------------------------------------------------------

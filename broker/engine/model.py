@@ -158,6 +158,9 @@ class Job:
     late_open: bool = False
     late_token: str | None = None
     activation: int = 0  # which claim a timeout timer belongs to (transient)
+    # A flow parent's record of children that failed under continue/ignore policies.
+    child_failures: dict[str, str] | None = None
+    ignored_failures: dict[str, str] | None = None
 
     def reported_state(self) -> str:
         """The state a client sees (the internal names are the reported ones)."""

@@ -446,11 +446,38 @@ class EngineState:
         job.failed_reason = reason
         if remove:
             self._forget(job)
+            self.child_failed(job, reason, now)
             return
         job.completed_at = now
         self._enter(job, FAILED)
         self.finished.append(job)
         self._retain(self.failed, job, now)
+        self.child_failed(job, reason, now)
+
+    def child_failed(self, child: Job, reason: str, now: float) -> None:
+        """A flow child failed for good: apply its failure policy to its waiting parent.
+
+        failParentOnFailure fails the parent; continueParentOnFailure releases the parent at
+        once, recording the error; removeDependencyOnFailure and ignoreDependencyOnFailure drop
+        the child from what the parent waits for (ignore records the error). Without a
+        policy the parent keeps waiting, visibly, in waiting-children: nothing is dropped.
+        """
+        parent = self.jobs.get(child.parent_id) if child.parent_id else None
+        if parent is None or parent.state != WAITING_CHILDREN:
+            return
+        key = f"{child.queue}:{child.id}"
+        if child.fail_parent_on_failure:
+            self.fail(parent, now, f"Child job {child.id} failed: {reason}", parent.remove_on_fail)
+        elif child.continue_parent_on_failure:
+            parent.child_failures = {**(parent.child_failures or {}), key: reason}
+            self.schedule(parent, now)
+        elif child.remove_dependency_on_failure or child.ignore_dependency_on_failure:
+            if child.ignore_dependency_on_failure:
+                parent.ignored_failures = {**(parent.ignored_failures or {}), key: reason}
+            self.touch(parent)
+            parent.pending_deps -= 1
+            if parent.pending_deps <= 0:
+                self.schedule(parent, now)
 
     def _release_unique(self, job: Job) -> None:
         if job.unique_key is not None:

@@ -1,0 +1,170 @@
+"""Flows: PUSHF graphs, parent/child failure policies, legacy UpdateParent composition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.engine.test_push_pull import push, state_of
+from tests.engine.test_restart import Broker
+from tests.support.client import FrameClient
+
+
+def node(job_id: str, queue: str = "fq", **options: Any) -> dict[str, Any]:
+    return {
+        "id": job_id,
+        "queue": queue,
+        "input": {"name": job_id, "data": {"n": job_id}, **options},
+    }
+
+
+def family(**child_options: Any) -> list[dict[str, Any]]:
+    """A parent on queue `parents` with children c1 and c2 on queue `fq`."""
+    return [
+        node("c1", parentId="p", **child_options),
+        node("c2", parentId="p", **child_options),
+        node("p", "parents", dependsOn=["c1", "c2"], childrenIds=["c1", "c2"]),
+    ]
+
+
+async def finish(client: FrameClient, job_id: str, queue: str = "fq", ok: bool = True) -> None:
+    reply = await client.call("PULLB", queue=queue, count=10)
+    assert job_id in [job["id"] for job in reply["jobs"]], reply
+    for job in reply["jobs"]:
+        if job["id"] != job_id:
+            await client.call("MoveToWait", id=job["id"])
+    if ok:
+        await client.call("ACK", id=job_id, result={"from": job_id})
+    else:
+        await client.call("FAIL", id=job_id, error=f"{job_id} broke", unrecoverable=True)
+
+
+async def test_pushf_commits_the_graph_and_the_parent_waits(client: FrameClient) -> None:
+    reply = await client.call("PUSHF", jobs=family())
+    snapshots = reply["data"]["jobs"]
+    assert [(j["id"], j["queue"], j["state"]) for j in snapshots] == [
+        ("c1", "fq", "waiting"), ("c2", "fq", "waiting"), ("p", "parents", "waiting-children"),
+    ]  # fmt: skip
+    assert snapshots[2]["childrenIds"] == ["c1", "c2"] and snapshots[0]["parentId"] == "p"
+    await finish(client, "c1")
+    assert await state_of(client, "p") == "waiting-children"
+    await finish(client, "c2")
+    assert await state_of(client, "p") == "waiting"
+    values = (await client.call("GetChildrenValues", id="p"))["data"]["values"]
+    assert values == {"fq:c1": {"from": "c1"}, "fq:c2": {"from": "c2"}}
+
+
+@pytest.mark.parametrize(
+    ("jobs", "error"),
+    [
+        ([node("a"), node("a")], "duplicate flow job id: a"),
+        ([node("a:b")], "jobs[0].id must not contain ':'"),
+        ([node("")], "jobs[0].id must be a non-empty string"),
+        ([node("a", dependsOn=["a"])], "flow job cannot depend on itself: a"),
+        ([node("a", dependsOn=["ghost"])], "flow dependency not found: ghost"),
+        (
+            [node("a", dependsOn=["b"]), node("b", dependsOn=["a"])],
+            "flow graph has a cycle through a",
+        ),
+        (
+            [node("c", parentId="p"), node("p", dependsOn=["c"])],
+            "flow parent p does not list child c",
+        ),
+        (
+            [node("c", parentId="p"), node("p", childrenIds=["c"])],
+            "flow parent p does not depend on child c",
+        ),
+        (
+            [node("c"), node("p", childrenIds=["c"], dependsOn=["c"])],
+            "flow child c does not name parent p",
+        ),
+        ([node("c", parentId="nobody")], "flow parent not found: nobody"),
+        (
+            family(failParentOnFailure=True, continueParentOnFailure=True),
+            "jobs[0]: conflicting failure policies: failParentOnFailure, continueParentOnFailure",
+        ),
+        ([node("a", timeout=-1)], "jobs[0]: timeout must be at least 0"),
+        (
+            [{"id": "a", "queue": "bad queue!", "input": {"data": 1}}],
+            "jobs[0]: Queue name contains invalid characters",
+        ),
+    ],
+)
+async def test_an_invalid_graph_publishes_nothing(
+    client: FrameClient, jobs: list[dict[str, Any]], error: str
+) -> None:
+    reply = await client.call("PUSHF", jobs=[*jobs, node("innocent", "other")])
+    assert reply["error"] == error
+    for queue in ("fq", "parents", "other"):
+        assert (await client.call("Count", queue=queue))["count"] == 0
+
+
+async def test_an_existing_id_is_refused(client: FrameClient) -> None:
+    await push(client, "fq", jobId="taken")
+    reply = await client.call("PUSHF", jobs=[node("taken"), node("new")])
+    assert reply["error"] == "flow job id already exists: taken"
+    assert await state_of(client, "new") == "unknown"
+
+
+async def test_fail_parent_on_failure(client: FrameClient) -> None:
+    await client.call("PUSHF", jobs=family(failParentOnFailure=True))
+    await finish(client, "c1", ok=False)
+    job = (await client.call("GetJob", id="p"))["job"]
+    assert (job["state"], job["failedReason"]) == ("failed", "Child job c1 failed: c1 broke")
+
+
+async def test_continue_parent_on_failure(client: FrameClient) -> None:
+    await client.call("PUSHF", jobs=family(continueParentOnFailure=True))
+    await finish(client, "c1", ok=False)
+    assert await state_of(client, "p") == "waiting"
+    failed = await client.call("GetFailedChildrenValues", id="p")
+    assert failed["values"] == {"fq:c1": "c1 broke"}
+
+
+async def test_remove_and_ignore_dependency_on_failure(client: FrameClient) -> None:
+    await client.call("PUSHF", jobs=family(ignoreDependencyOnFailure=True))
+    await finish(client, "c1", ok=False)
+    assert await state_of(client, "p") == "waiting-children"  # still waits for c2
+    await finish(client, "c2")
+    assert await state_of(client, "p") == "waiting"
+    ignored = await client.call("GetIgnoredChildrenFailures", id="p")
+    assert ignored["values"] == {"fq:c1": "c1 broke"}
+
+
+async def test_without_a_policy_the_parent_keeps_waiting_visibly(client: FrameClient) -> None:
+    await client.call("PUSHF", jobs=family())
+    await finish(client, "c1", ok=False)
+    await finish(client, "c2")
+    assert await state_of(client, "p") == "waiting-children"
+
+
+async def test_legacy_flow_with_update_parent(client: FrameClient) -> None:
+    child = await push(
+        client, "fq", data={"name": "child", "__parentId": "pending"}, parentId="pending"
+    )
+    parent = await push(client, "parents", dependsOn=[child], childrenIds=[child])
+    assert (await client.call("UpdateParent", childId=child, parentId=parent))["ok"]
+    assert await state_of(client, parent) == "waiting-children"
+    await finish(client, child)
+    assert await state_of(client, parent) == "waiting"
+    values = (await client.call("GetChildrenValues", id=parent))["data"]["values"]
+    assert values == {f"fq:{child}": {"from": child}}
+    bad = await client.call("UpdateParent", childId="ghost", parentId=parent)
+    assert bad["error"] == "Failed to update parent"
+
+
+async def test_a_flow_survives_a_restart_midway(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        await client.call("PUSHF", jobs=family())
+        await finish(client, "c1")
+    async with broker.running() as connect:
+        client = await connect()
+        assert await state_of(client, "p") == "waiting-children"
+        await finish(client, "c2")
+        assert await state_of(client, "p") == "waiting"
+        values = (await client.call("GetChildrenValues", id="p"))["data"]["values"]
+        assert sorted(values) == ["fq:c1", "fq:c2"]
