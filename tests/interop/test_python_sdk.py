@@ -237,3 +237,55 @@ def test_failed_first_attempt_is_retried_then_completes(broker_address: tuple[st
         assert stored is not None
         assert stored.attempts == 1
         assert stored.max_attempts == 3
+
+
+def test_flow_producer_children_run_before_the_parent(broker_address: tuple[str, int]) -> None:
+    """FlowProducer.add sends PUSH (children with parentId 'pending'), PUSH (parent with
+    dependsOn) and UpdateParent; 2.9.5 refuses the placeholder, trioq accepts it."""
+    from bunqueue import FlowProducer
+
+    children_queue, parent_queue = _queue_name("kids"), _queue_name("parent")
+    child_recorder, parent_recorder = _Recorder(), _Recorder()
+    order: list[str] = []
+    seen_by_parent: dict[str, Any] = {}
+
+    def child(job: Job) -> int:
+        order.append("child")
+        return int(job.data["n"]) * 10
+
+    def parent(job: Job) -> str:
+        order.append("parent")
+        seen_by_parent.update(job.get_children_values())
+        return "done"
+
+    host, port = broker_address
+    producer = FlowProducer(host=host, port=port)
+    try:
+        tree = producer.add(
+            {
+                "name": "report",
+                "queueName": parent_queue,
+                "data": {"kind": "parent"},
+                "children": [
+                    {"name": "part", "queueName": children_queue, "data": {"n": n}} for n in (1, 2)
+                ],
+            }
+        )
+    finally:
+        producer.close()
+    parent_id = tree.job.id
+    with (
+        _worker(broker_address, parent_queue, parent, parent_recorder) as parent_worker,
+        _worker(broker_address, children_queue, child, child_recorder) as child_worker,
+    ):
+        child_recorder.wait_for(
+            child_worker, "both children", lambda: len(child_recorder.completed) >= 2
+        )
+        parent_recorder.wait_for(
+            parent_worker, "the parent", lambda: len(parent_recorder.completed) >= 1
+        )
+    assert order == ["child", "child", "parent"]
+    assert sorted(seen_by_parent.values()) == [10, 20]
+    assert all(key.startswith(f"{children_queue}:") for key in seen_by_parent)
+    assert parent_recorder.completed == [(parent_id, "done")]
+    assert child_recorder.errors == [] and parent_recorder.errors == []
