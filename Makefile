@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 6789
 
+TS_INTEROP := tests/interop/ts
+
 .PHONY: serve test lint bench clean
 
 $(BIN)/.installed: pyproject.toml
@@ -26,7 +28,12 @@ lint: $(BIN)/.installed-test
 	$(BIN)/ruff check broker protocol store tests benchmarks
 	$(BIN)/mypy
 
-test: lint
+# The TypeScript SDK and bun for the interop test, pinned by package-lock.json.
+$(TS_INTEROP)/node_modules/.installed: $(TS_INTEROP)/package.json $(TS_INTEROP)/package-lock.json
+	cd $(TS_INTEROP) && npm ci --no-audit --no-fund
+	touch $@
+
+test: lint $(TS_INTEROP)/node_modules/.installed
 	$(BIN)/pytest -q
 
 bench: $(BIN)/.installed-test
@@ -34,4 +41,4 @@ bench: $(BIN)/.installed-test
 	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules
