@@ -39,6 +39,7 @@ test: lint $(TS_INTEROP)/node_modules/.installed
 bench: $(BIN)/.installed-test
 	$(BIN)/python -m benchmarks --compare --modes memory,sqlite
 	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite
+	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules

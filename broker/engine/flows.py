@@ -81,15 +81,15 @@ class FlowHandlers:
             if parent is None:
                 raise EngineError(f"flow parent not found: {parent_id}")
             if node.id not in (parent.input.childrenIds or ()):
-                raise EngineError(f"flow parent {parent_id} does not list child {node.id}")
+                raise EngineError(f"flow parent {parent_id} does not own child {node.id}")
             if node.id not in (parent.input.dependsOn or ()):
-                raise EngineError(f"flow parent {parent_id} does not depend on child {node.id}")
+                raise EngineError(f"flow child is missing from dependencies: {node.id}")
         for child_id in fields.childrenIds or ():
             child = graph.get(child_id)
             if child is None:
                 raise EngineError(f"flow child not found: {child_id}")
             if child.input.parentId != node.id:
-                raise EngineError(f"flow child {child_id} does not name parent {node.id}")
+                raise EngineError(f"flow child {child_id} does not point back to parent {node.id}")
 
     def update_parent(self, session: Any, command: cmd.UpdateParent, now: float) -> Reply:
         """UpdateParent: older clients attach a child pushed with a placeholder parent."""

@@ -70,15 +70,15 @@ async def test_pushf_commits_the_graph_and_the_parent_waits(client: FrameClient)
         ),
         (
             [node("c", parentId="p"), node("p", dependsOn=["c"])],
-            "flow parent p does not list child c",
+            "flow parent p does not own child c",
         ),
         (
             [node("c", parentId="p"), node("p", childrenIds=["c"])],
-            "flow parent p does not depend on child c",
+            "flow child is missing from dependencies: c",
         ),
         (
             [node("c"), node("p", childrenIds=["c"], dependsOn=["c"])],
-            "flow child c does not name parent p",
+            "flow child c does not point back to parent p",
         ),
         ([node("c", parentId="nobody")], "flow parent not found: nobody"),
         (
