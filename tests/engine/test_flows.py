@@ -168,3 +168,10 @@ async def test_a_flow_survives_a_restart_midway(tmp_path: Path) -> None:
         assert await state_of(client, "p") == "waiting"
         values = (await client.call("GetChildrenValues", id="p"))["data"]["values"]
         assert sorted(values) == ["fq:c1", "fq:c2"]
+
+
+async def test_a_flow_holds_at_most_10000_jobs(client: FrameClient) -> None:
+    jobs = [{"id": f"j{i}", "queue": "fq", "input": {"data": i}} for i in range(10_001)]
+    reply = await client.call("PUSHF", jobs=jobs)
+    assert reply["error"] == "a flow holds at most 10000 jobs"
+    assert (await client.call("Count", queue="fq"))["count"] == 0
