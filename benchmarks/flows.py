@@ -11,14 +11,13 @@ graphs (101 jobs each), pushing and completing included.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from .lateness import Conn
-from .servers import ReferenceServer, ServerStartError, TrioqServer, reference_available
+from .servers import each_server
 
 CHILDREN = 100
 
@@ -84,23 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--port is required without --compare")
         print(f"{args.host}:{args.port}: {run(args.host, args.port, args.graphs):,.0f} jobs/s")
         return 0
-    for mode in args.modes.split(","):
-        starters = [("trioq", lambda m=mode: TrioqServer.start(m))]
-        if reference_available():
-            starters.append(("reference", lambda m=mode: ReferenceServer.start(m)))
-        for name, start in starters:
-            try:
-                server = start()
-            except ServerStartError as exc:
-                print(f"{name} ({mode}): did not start: {exc}", file=sys.stderr)
-                continue
-            try:
-                rate = run(server.host, server.port, args.graphs)
-                print(f"{name + f' ({mode})':<20} {rate:>10,.0f} jobs/s")
-            except (RuntimeError, ConnectionError) as exc:
-                print(f"{name + f' ({mode})':<20} failed: {exc}")
-            finally:
-                server.stop()
+    for label, server in each_server(args.modes.split(",")):
+        try:
+            rate = run(server.host, server.port, args.graphs)
+            print(f"{label:<20} {rate:>10,.0f} jobs/s")
+        except (RuntimeError, ConnectionError) as exc:
+            print(f"{label:<20} failed: {exc}")
     return 0
 
 

@@ -15,7 +15,6 @@ import argparse
 import socket
 import statistics
 import struct
-import sys
 import threading
 import time
 import uuid
@@ -24,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from .servers import ReferenceServer, ServerStartError, TrioqServer, reference_available
+from .servers import each_server
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(ext_hook=lambda code, data: None).decode
@@ -131,23 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         lateness = measure(args.host, args.port, args.jobs, args.spread_ms, args.lead_ms)
         print(summary(f"{args.host}:{args.port}", lateness, args.jobs))
         return 0
-    for mode in args.modes.split(","):
-        starters = [("trioq", lambda m=mode: TrioqServer.start(m))]
-        if reference_available():
-            starters.append(("reference", lambda m=mode: ReferenceServer.start(m)))
-        for name, start in starters:
-            try:
-                server = start()
-            except ServerStartError as exc:
-                print(f"{name} ({mode}): did not start: {exc}", file=sys.stderr)
-                continue
-            try:
-                lateness = measure(
-                    server.host, server.port, args.jobs, args.spread_ms, args.lead_ms
-                )
-                print(summary(f"{name} ({mode})", lateness, args.jobs))
-            finally:
-                server.stop()
+    for label, server in each_server(args.modes.split(",")):
+        lateness = measure(server.host, server.port, args.jobs, args.spread_ms, args.lead_ms)
+        print(summary(label, lateness, args.jobs))
     return 0
 
 

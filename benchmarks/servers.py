@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -422,3 +423,24 @@ class ReferenceServer:
             timeout=30,
             check=False,
         )
+
+
+def each_server(modes: Sequence[str]) -> Iterator[tuple[str, RunningServer]]:
+    """Start trioq, then the reference (if available), once per mode; yield each running
+    server with a label such as "trioq (memory)" and stop it when the caller is done."""
+    for mode in modes:
+        starters: list[tuple[str, Callable[[], RunningServer]]] = [
+            ("trioq", lambda m=mode: TrioqServer.start(m))  # type: ignore[misc]
+        ]
+        if reference_available():
+            starters.append(("reference", lambda m=mode: ReferenceServer.start(m)))  # type: ignore[misc]
+        for name, start in starters:
+            try:
+                server = start()
+            except ServerStartError as exc:
+                print(f"{name} ({mode}): did not start: {exc}", file=sys.stderr)
+                continue
+            try:
+                yield f"{name} ({mode})", server
+            finally:
+                server.stop()

@@ -8,9 +8,8 @@ import msgspec
 
 from .commands import Command, optional_finite
 from .errors import CommandError
-from .jobspec import JS_UNDEFINED, check_payload
+from .jobspec import job_data
 from .values import (
-    MAX_DATA_BYTES,
     duration,
     flag,
     integer,
@@ -41,13 +40,7 @@ class CronUpsert(Command, tag="Cron"):
     def __post_init__(self) -> None:
         self.name = required_str(self.name, "name")
         self.queue = queue_name(self.queue)
-        raw = bytes(self.data)
-        if not raw or raw == JS_UNDEFINED:
-            raw = NULL_DATA
-        if len(raw) > MAX_DATA_BYTES:
-            raise CommandError("Job data too large (max 10MB)")
-        check_payload(raw, "data")
-        self.data = raw  # type: ignore[assignment]  # normalised: plain bytes
+        self.data = job_data(self.data, NULL_DATA)  # type: ignore[assignment]  # plain bytes
         self.schedule = optional_str(self.schedule, "schedule")
         if self.repeatEvery is not None:
             self.repeatEvery = duration(self.repeatEvery, "repeatEvery")

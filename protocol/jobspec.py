@@ -130,6 +130,19 @@ def check_group_priority(priority: float) -> None:
     at_most(priority, MAX_GROUP_PRIORITY, "priority")
 
 
+def job_data(value: msgspec.Raw, default: bytes | None = None) -> bytes:
+    """A job's `data`: present (or `default`), at most 10 MB, and decodable by workers."""
+    raw = bytes(value)
+    if not raw or raw == JS_UNDEFINED:
+        if default is None:
+            raise CommandError("data is required")
+        raw = default
+    if len(raw) > MAX_DATA_BYTES:
+        raise CommandError("Job data too large (max 10MB)")
+    check_payload(raw, "data")
+    return raw
+
+
 def check_payload(raw: bytes, field: str) -> None:
     """Refuse a payload that would not decode for the workers (e.g. a string that is not UTF-8).
 
@@ -216,12 +229,7 @@ class JobFields(msgspec.Struct, kw_only=True):
         self._check_strings_and_flags()
 
     def _check_data(self) -> None:
-        raw = bytes(self.data)
-        if not raw or raw == JS_UNDEFINED:
-            raise CommandError("data is required")
-        if len(raw) > MAX_DATA_BYTES:
-            raise CommandError("Job data too large (max 10MB)")
-        check_payload(raw, "data")
+        raw = job_data(self.data)
         name = optional_str(self.name, "name")
         if name is None:
             name, raw = hoist_name(raw)

@@ -14,9 +14,8 @@ import msgspec
 
 from .commands import Command, optional_finite
 from .errors import CommandError
-from .jobspec import JS_UNDEFINED, NO_DATA, check_payload
+from .jobspec import NO_DATA, job_data
 from .values import (
-    MAX_DATA_BYTES,
     at_least,
     duration,
     finite,
@@ -202,13 +201,7 @@ class Update(JobCommand, tag="Update"):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        raw = bytes(self.data)
-        if not raw or raw == JS_UNDEFINED:
-            raise CommandError("data is required")
-        if len(raw) > MAX_DATA_BYTES:
-            raise CommandError("Job data too large (max 10MB)")
-        check_payload(raw, "data")
-        self.data = raw  # type: ignore[assignment]  # normalised: plain bytes
+        self.data = job_data(self.data)  # type: ignore[assignment]  # normalised: plain bytes
 
 
 class Progress(JobCommand, tag="Progress"):

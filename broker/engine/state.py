@@ -230,13 +230,7 @@ class EngineState:
         if now - job.last_heartbeat < job.stall_timeout:
             self._arm_stall_check(job)  # a heartbeat came meanwhile: look again later
             return
-        job.stall_count += 1
-        job.attempts += 1
-        if job.stall_count >= MAX_STALLS:
-            reason = f"Job stalled {job.stall_count} times"
-            self.fail(job, now, reason, job.remove_on_fail)
-        else:
-            self.requeue(job, now)
+        self._count_stall(job, now, "Job stalled")
 
     # -- restart -------------------------------------------------------------------------------
 
@@ -592,10 +586,13 @@ class EngineState:
             self.retry(job, now)
 
     def _lease_expired(self, job: Job, now: float) -> None:
+        self._count_stall(job, now, "Lock expired: job stalled")
+
+    def _count_stall(self, job: Job, now: float, reason: str) -> None:
+        """A stall costs an attempt; the third one fails the job, the others requeue it."""
         job.attempts += 1
         job.stall_count += 1
         if job.stall_count >= MAX_STALLS:
-            reason = f"Lock expired: job stalled {job.stall_count} times"
-            self.fail(job, now, reason, job.remove_on_fail)
+            self.fail(job, now, f"{reason} {job.stall_count} times", job.remove_on_fail)
         else:
             self.requeue(job, now)
