@@ -22,6 +22,7 @@ import trio
 from store import Store
 
 from ..clock import Clock
+from ..events import EventBus, event_message
 from .core import Engine
 from .records import job_from_row, job_to_row
 
@@ -63,10 +64,18 @@ class AnswerParked:
 class EngineActor:
     """Owns an Engine and serialises all access to it."""
 
-    def __init__(self, engine: Engine, clock: Clock, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        clock: Clock,
+        store: Store | None = None,
+        bus: EventBus | None = None,
+    ) -> None:
         self.engine = engine
         self.clock = clock
         self.store = store
+        self.bus = bus if bus is not None else EventBus()
+        self.bus.on_change = self._listening
         if store is not None:
             now = clock.now_ms()
             engine.state.restore([job_from_row(row) for row in store.load()], now)
@@ -176,3 +185,11 @@ class EngineActor:
         for session in outbox:
             session.release()
         outbox.clear()
+        events = self.engine.state.events
+        if events:  # committed: now subscribers and webhooks may hear of them
+            now = self.clock.now_ms()
+            self.bus.publish(event_message(kind, job, extra, now) for kind, job, extra in events)
+            events.clear()
+
+    def _listening(self, listening: bool) -> None:
+        self.engine.state.emitting = listening

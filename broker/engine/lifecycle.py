@@ -246,6 +246,7 @@ class LifecycleHandlers:
         job.progress_message = command.message
         job.last_heartbeat = now
         self.state.touch(job)
+        self.state.emit("progress", job, progress=command.progress)
         return {"ok": True}
 
     def get_progress(self, session: Any, command: cmd.GetProgress, now: float) -> Reply:

@@ -124,6 +124,9 @@ class EngineState:
         self.deleted: set[str] = set()
         # Jobs that completed, failed or were removed since the engine last looked (WaitJob).
         self.finished: list[Job] = []
+        # Job events of the pass, collected only while someone listens (see events.py).
+        self.emitting = False
+        self.events: list[tuple[str, Job, dict[str, Any]]] = []
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -199,12 +202,18 @@ class EngineState:
         self.deleted.clear()
         return changed, deleted, any(job.durable for job in changed)
 
+    def emit(self, kind: str, job: Job, **extra: Any) -> None:
+        """Record a job event for the subscribers and webhooks (cheap when nobody listens)."""
+        if self.emitting:
+            self.events.append((kind, job, extra))
+
     def add(self, job: Job, now: float) -> None:
         """Register a new job and place it by its dependencies and run time."""
         self.jobs[job.id] = job
         job.state = ""
         self._take_keys(job, now)
         self._arm_ttl(job)
+        self.emit("pushed", job)
         self._wait_for_dependencies(job, now)
 
     def _arm_ttl(self, job: Job) -> None:
@@ -308,6 +317,7 @@ class EngineState:
             return
         if job.run_at > now:
             self._enter(job, DELAYED)
+            self.emit("delayed", job, delay=job.run_at - now)
             job.timer_token += 1
             self.wheel.schedule(job.run_at, PROMOTE, job, job.timer_token)
         else:
@@ -340,6 +350,7 @@ class EngineState:
         job.last_heartbeat = now
         job.late_open = False
         self._arm_timeout(job, now)
+        self.emit("active", job)
         if owner is None:
             return None
         token = uuid7()
@@ -395,6 +406,7 @@ class EngineState:
         self._end_activity(job)
         self._release_unique(job)
         self._forget(job)
+        self.emit("removed", job)
 
     def _end_activity(self, job: Job) -> None:
         job.lock_token = None
@@ -424,6 +436,7 @@ class EngineState:
             self._enter(job, COMPLETED)
             self.finished.append(job)
             self._retain(self.completed, job, now)
+        self.emit("completed", job)
         self._release_dependents(job, now)
 
     def retry(self, job: Job, now: float) -> None:
@@ -431,6 +444,7 @@ class EngineState:
         self._end_activity(job)
         job.started_at = None
         job.run_at = now + retry_delay(job)
+        self.emit("retried", job, error=job.failed_reason, delay=job.run_at - now)
         self.schedule(job, now)
 
     def fail(self, job: Job, now: float, reason: str, remove: bool) -> None:
@@ -438,6 +452,7 @@ class EngineState:
         self._end_activity(job)
         self._release_unique(job)
         job.failed_reason = reason
+        self.emit("failed", job, error=reason)
         if remove:
             self._forget(job)
             self.child_failed(job, reason, now)
@@ -592,6 +607,7 @@ class EngineState:
         """A stall costs an attempt; the third one fails the job, the others requeue it."""
         job.attempts += 1
         job.stall_count += 1
+        self.emit("stalled", job, stallCount=job.stall_count)
         if job.stall_count >= MAX_STALLS:
             self.fail(job, now, f"{reason} {job.stall_count} times", job.remove_on_fail)
         else:

@@ -1,0 +1,49 @@
+"""Job events reach subscribers after the commit, in order; a slow subscriber is dropped."""
+
+from __future__ import annotations
+
+import trio
+
+from broker.app import App
+from broker.events import DROPPED_SLOW, SUBSCRIBER_BUFFER
+from tests.engine.test_push_pull import push
+from tests.support.client import FrameClient
+
+
+def drain(subscription) -> list[tuple[str, str]]:
+    got = []
+    while True:
+        try:
+            message = subscription.receive.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return got
+        got.append((message["event"], message["data"]["jobId"]))
+
+
+async def test_a_jobs_events_arrive_in_order(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:*"], queue="q")
+    other = app.actor.bus.subscribe(["job:completed"])
+    job_id = await push(client, maxAttempts=2, backoff=1)
+    await push(client, "elsewhere")
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="x")
+    await client.call("PULL", queue="q", timeout=1000)
+    await client.call("Progress", id=job_id, progress=50)
+    await client.call("ACK", id=job_id)
+    assert [event for event, _ in drain(subscription)] == [
+        "job:pushed", "job:active", "job:retried", "job:delayed", "job:active",
+        "job:progress", "job:completed",
+    ]  # fmt: skip
+    assert drain(other) == [("job:completed", job_id)]
+
+
+async def test_a_slow_subscriber_is_dropped_not_waited_for(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:pushed"])
+    await client.call(
+        "PUSHB", queue="q", jobs=[{"data": i} for i in range(SUBSCRIBER_BUFFER + 1)]
+    )
+    assert subscription.dropped == DROPPED_SLOW
+    assert len(drain(subscription)) == SUBSCRIBER_BUFFER
+    assert not app.actor.engine.state.emitting  # nobody left listening
