@@ -14,6 +14,7 @@ from typing import Any, Union
 
 import msgspec
 
+from .admin import ADMIN_COMMANDS
 from .commands import WIRE_COMMANDS, PushBatchItems
 from .crons import CRON_COMMANDS
 from .errors import CommandError
@@ -21,7 +22,7 @@ from .extensions import ext_hook
 from .flows import FLOW_COMMANDS
 from .lifecycle import LIFECYCLE_COMMANDS
 
-ALL_COMMANDS = WIRE_COMMANDS + LIFECYCLE_COMMANDS + CRON_COMMANDS + FLOW_COMMANDS
+ALL_COMMANDS = WIRE_COMMANDS + LIFECYCLE_COMMANDS + CRON_COMMANDS + FLOW_COMMANDS + ADMIN_COMMANDS
 COMMAND_NAMES = frozenset(cls.__struct_config__.tag for cls in ALL_COMMANDS)
 _AnyCommand = Union[ALL_COMMANDS]  # type: ignore[valid-type]  # noqa: UP007
 _decode_command = msgspec.msgpack.Decoder(_AnyCommand, ext_hook=ext_hook).decode

@@ -75,11 +75,14 @@ class EngineActor:
         self.clock = clock
         self.store = store
         self.bus = bus if bus is not None else EventBus()
+        engine.started_ms = clock.now_ms()
         self.bus.on_change = self._listening
         if store is not None:
             now = clock.now_ms()
             engine.state.restore([job_from_row(row) for row in store.load()], now)
-            engine.restore_crons(store.load_records(), now)
+            records = store.load_records()
+            engine.restore_crons(records, now)
+            engine.restore_settings(records)
             self._commit_to(store)  # what the restart itself changed (requeued, expired)
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
         # Sessions with staged replies register here; they are released after the commit.
@@ -176,6 +179,9 @@ class EngineActor:
     def _commit_to(self, store: Store) -> None:
         changed, deleted, sync = self.engine.state.take_changes()
         records, record_deletes = self.engine.take_cron_writes()
+        settings, settings_deletes = self.engine.take_settings_writes()
+        records += settings
+        record_deletes += settings_deletes
         if changed or deleted or records or record_deletes:
             rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
             store.commit(rows, deleted, sync=sync, records=records, record_deletes=record_deletes)

@@ -17,6 +17,7 @@ from protocol import CommandError
 from protocol import commands as cmd
 
 from . import errors
+from .admin import AdminHandlers
 from .crons import CRON, Cron, CronHandlers
 from .errors import EngineError
 from .flows import FlowHandlers
@@ -82,13 +83,14 @@ def drop_answered(waiters: Any) -> None:
         waiters.popleft()
 
 
-class Engine(LifecycleHandlers, CronHandlers, FlowHandlers):
+class Engine(LifecycleHandlers, CronHandlers, FlowHandlers, AdminHandlers):
     """The broker's single writer: executes commands against EngineState."""
 
     def __init__(self, state: EngineState | None = None) -> None:
         self.state = state if state is not None else EngineState()
         self.workers = WorkerRegistry()
         self.job_waiters: dict[str, list[tuple[Any, Any]]] = {}
+        self.started_ms = 0.0
         self.crons: dict[str, Cron] = {}
         self.changed_crons: set[str] = set()
         self._handlers: dict[type, Any] = {
@@ -113,6 +115,7 @@ class Engine(LifecycleHandlers, CronHandlers, FlowHandlers):
             **self.lifecycle_handlers(),
             **self.cron_handlers(),
             **self.flow_handlers(),
+            **self.admin_handlers(),
         }
 
     # -- the actor's entry points --------------------------------------------------------------
@@ -308,6 +311,8 @@ class Engine(LifecycleHandlers, CronHandlers, FlowHandlers):
         command = waiter.command
         holder = waiter.session if command.owner is None and not command.detach else None
         groups = command.group
+        if queue.paused:
+            return [], []
         jobs: list[Job] = []
         tokens: list[str | None] = []
         passed_over: list[tuple[Any, ...]] = []
@@ -317,6 +322,9 @@ class Engine(LifecycleHandlers, CronHandlers, FlowHandlers):
             if entry is None:
                 break
             job = entry[JOB]
+            if not self._queue_admits(queue, now):
+                queue.put_back(entry)
+                break
             group = job.group_id
             if group is not None and groups is not None:
                 if not queue.group_admits(group, groups, now):
@@ -345,6 +353,16 @@ class Engine(LifecycleHandlers, CronHandlers, FlowHandlers):
         self.state.touch(job)
         if run_at is not None:
             self.state.add(next_occurrence_of(job, uuid7(), run_at, now), now)
+
+    def _queue_admits(self, queue: QueueState, now: float) -> bool:
+        """The queue's concurrency limit and rate limit allow one more start."""
+        if queue.concurrency is not None and queue.counts[ACTIVE] >= queue.concurrency:
+            return False
+        wait_until = queue.take_token(now)
+        if wait_until is not None:
+            self.state.wheel.schedule(wait_until, GROUP_WAKE, queue)
+            return False
+        return True
 
     def _wake_when_group_frees(self, queue: QueueState, group: str, options: Any) -> None:
         # The pull that met the limit may be about to park: wake the queue's parked pulls

@@ -57,6 +57,14 @@ class QueueState:
     group_pending: dict[str, int] = attrs.Factory(dict)
     group_active: dict[str, int] = attrs.Factory(dict)
     group_starts: dict[str, deque[float]] = attrs.Factory(dict)
+    # Operator settings (stored as a record): see admin.py.
+    paused: bool = False
+    rate_limit: int | None = None
+    concurrency: int | None = None
+    stall_config: dict[str, Any] = attrs.Factory(dict)
+    dlq_config: dict[str, Any] = attrs.Factory(dict)
+    tokens: float = 0.0
+    tokens_at: float = 0.0
 
     def push_ready(self, job: Job, seq: int) -> None:
         """Put a ready job on the heap under a fresh sequence number."""
@@ -144,5 +152,20 @@ class QueueState:
         self.group_active = {g: n for g, n in self.group_active.items() if n}
 
     def idle(self) -> bool:
-        """No job counted in any state, nothing ready, nobody waiting."""
-        return not any(self.counts.values()) and not self.ready and not self.waiters
+        """No job counted in any state, nothing ready, nobody waiting, no settings."""
+        configured = bool(self.paused or self.rate_limit or self.concurrency)
+        configured = configured or bool(self.stall_config or self.dlq_config)
+        busy = any(self.counts.values()) or bool(self.ready or self.waiters)
+        return not busy and not configured
+
+    def take_token(self, now: float) -> float | None:
+        """Spend one start of the rate limit; None if allowed, else when the next one comes."""
+        if self.rate_limit is None:
+            return None
+        limit = self.rate_limit
+        self.tokens = min(limit, self.tokens + (now - self.tokens_at) * limit / 1000)
+        self.tokens_at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return None
+        return now + (1 - self.tokens) * 1000 / limit

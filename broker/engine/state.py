@@ -124,6 +124,8 @@ class EngineState:
         self.deleted: set[str] = set()
         # Jobs that completed, failed or were removed since the engine last looked (WaitJob).
         self.finished: list[Job] = []
+        self.changed_settings: set[str] = set()
+        self.totals = {"pushed": 0, "pulled": 0, "completed": 0, "failed": 0}
         # Job events of the pass, collected only while someone listens (see events.py).
         self.emitting = False
         self.events: list[tuple[str, Job, dict[str, Any]]] = []
@@ -213,6 +215,7 @@ class EngineState:
         job.state = ""
         self._take_keys(job, now)
         self._arm_ttl(job)
+        self.totals["pushed"] += 1
         self.emit("pushed", job)
         self._wait_for_dependencies(job, now)
 
@@ -230,13 +233,24 @@ class EngineState:
         """With a `stallTimeout`, one stall check per activation: at the last heartbeat plus
         the timeout. Jobs without one rely on their lease, or on their connection closing:
         a worker that leases for five minutes and does not heartbeat is not a stalled one."""
+        interval = self._stall_interval(job)
+        if interval:
+            self.wheel.schedule(job.last_heartbeat + interval, STALL, job, job.activation)
+
+    def _stall_interval(self, job: Job) -> float | None:
+        """The job's stallTimeout, else a stallInterval its queue was configured with."""
         if job.stall_timeout is not None and job.stall_timeout > 0:
-            at = job.last_heartbeat + job.stall_timeout
-            self.wheel.schedule(at, STALL, job, job.activation)
+            return job.stall_timeout
+        config = self.queue(job.queue).stall_config
+        if config.get("enabled", True) and config.get("stallInterval"):
+            return float(config["stallInterval"])
+        return None
 
     def _check_stall(self, job: Job, now: float) -> None:
-        assert job.stall_timeout is not None
-        if now - job.last_heartbeat < job.stall_timeout:
+        interval = self._stall_interval(job)
+        if interval is None:
+            return
+        if now - job.last_heartbeat < interval:
             self._arm_stall_check(job)  # a heartbeat came meanwhile: look again later
             return
         self._count_stall(job, now, "Job stalled")
@@ -350,6 +364,7 @@ class EngineState:
         job.last_heartbeat = now
         job.late_open = False
         self._arm_timeout(job, now)
+        self.totals["pulled"] += 1
         self.emit("active", job)
         if owner is None:
             return None
@@ -436,6 +451,7 @@ class EngineState:
             self._enter(job, COMPLETED)
             self.finished.append(job)
             self._retain(self.completed, job, now)
+        self.totals["completed"] += 1
         self.emit("completed", job)
         self._release_dependents(job, now)
 
@@ -452,6 +468,7 @@ class EngineState:
         self._end_activity(job)
         self._release_unique(job)
         job.failed_reason = reason
+        self.totals["failed"] += 1
         self.emit("failed", job, error=reason)
         if remove:
             self._forget(job)
@@ -608,7 +625,7 @@ class EngineState:
         job.attempts += 1
         job.stall_count += 1
         self.emit("stalled", job, stallCount=job.stall_count)
-        if job.stall_count >= MAX_STALLS:
+        if job.stall_count >= self.queue(job.queue).stall_config.get("maxStalls", MAX_STALLS):
             self.fail(job, now, f"{reason} {job.stall_count} times", job.remove_on_fail)
         else:
             self.requeue(job, now)

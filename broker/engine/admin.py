@@ -1,0 +1,355 @@
+"""Operator commands: pausing, draining and cleaning queues, the dead-letter queue, per-queue
+limits and settings, and broker-wide statistics (a mixin of Engine).
+
+Queue settings (paused, rate limit, concurrency, stall and dead-letter configs) are stored as
+records, so they survive a restart.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from protocol import admin as cmd
+from store import Record
+
+from .errors import EngineError
+from .model import ACTIVE, COMPLETED, FAILED, PRIORITIZED, QUEUED_STATES, WAITING, Job
+from .queues import QueueState
+from .state import EngineState
+
+QUEUE = "queue"
+# stallInterval 0: no stall detection unless set here or by a job's own stallTimeout (a job on
+# a long lease, silent, is not a stalled job). gracePeriod is kept for the reply's shape.
+DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 0, "maxStalls": 3, "gracePeriod": 0}
+DEFAULT_DLQ_CONFIG = {"autoRetry": False, "autoRetryInterval": 3_600_000, "maxAutoRetries": 3,
+                      "maxAge": 604_800_000, "maxEntries": 10_000}  # fmt: skip
+CLEAN_QUEUED = ("waiting", "wait", "delayed", "prioritized", "paused")
+Reply = dict[str, Any]
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(dict[str, Any]).decode
+
+
+def settings_record(queue: QueueState) -> Record:
+    """A queue's settings as a stored record."""
+    body = {
+        "paused": queue.paused,
+        "rateLimit": queue.rate_limit,
+        "concurrency": queue.concurrency,
+        "stallConfig": queue.stall_config,
+        "dlqConfig": queue.dlq_config,
+    }
+    return Record(QUEUE, queue.name, _encode(body))
+
+
+class AdminHandlers:
+    """Queue control, DLQ, limits, settings and statistics."""
+
+    state: EngineState
+    started_ms: float
+
+    def admin_handlers(self) -> dict[type, Any]:
+        """Command type -> handler, for the engine's dispatch table."""
+        return {
+            cmd.Pause: self.pause,
+            cmd.Resume: self.resume,
+            cmd.IsPaused: self.is_paused,
+            cmd.Drain: self.drain,
+            cmd.Obliterate: self.obliterate,
+            cmd.ListQueues: self.list_queues,
+            cmd.Clean: self.clean,
+            cmd.GetJobs: self.get_jobs,
+            cmd.GetCountsPerPriority: self.counts_per_priority,
+            cmd.GetJobByCustomId: self.job_by_custom_id,
+            cmd.Dlq: self.dlq,
+            cmd.RetryDlq: self.retry_dlq,
+            cmd.PurgeDlq: self.purge_dlq,
+            cmd.RetryCompleted: self.retry_completed,
+            cmd.RateLimit: self.rate_limit,
+            cmd.RateLimitClear: self.rate_limit_clear,
+            cmd.SetConcurrency: self.set_concurrency,
+            cmd.ClearConcurrency: self.clear_concurrency,
+            cmd.SetStallConfig: self.set_stall_config,
+            cmd.GetStallConfig: self.get_stall_config,
+            cmd.SetDlqConfig: self.set_dlq_config,
+            cmd.GetDlqConfig: self.get_dlq_config,
+            cmd.Stats: self.stats,
+            cmd.Metrics: self.metrics,
+            cmd.StorageStatus: self.storage_status,
+        }
+
+    def _jobs_of(self, queue: str, states: Any = None) -> list[Job]:
+        return [
+            job
+            for job in self.state.jobs.values()
+            if job.queue == queue and (states is None or job.state in states)
+        ]
+
+    def _settings_changed(self, queue: QueueState) -> None:
+        self.state.changed_settings.add(queue.name)
+
+    # -- queue control -------------------------------------------------------------------------
+
+    def pause(self, session: Any, command: cmd.Pause, now: float) -> Reply:
+        """Pause: pulls get nothing from this queue until Resume (pushes still land)."""
+        queue = self.state.queue(command.queue)
+        queue.paused = True
+        self._settings_changed(queue)
+        return {"ok": True}
+
+    def resume(self, session: Any, command: cmd.Resume, now: float) -> Reply:
+        """Resume: parked pulls are served at once."""
+        queue = self.state.queue(command.queue)
+        queue.paused = False
+        self._settings_changed(queue)
+        self.state.dirty_queues.add(queue)
+        return {"ok": True}
+
+    def is_paused(self, session: Any, command: cmd.IsPaused, now: float) -> Reply:
+        """IsPaused."""
+        queue = self.state.queues.get(command.queue)
+        return {"ok": True, "paused": bool(queue and queue.paused)}
+
+    def drain(self, session: Any, command: cmd.Drain, now: float) -> Reply:
+        """Drain: remove the jobs that wait to run; active and finished ones stay."""
+        jobs = self._jobs_of(command.queue, QUEUED_STATES)
+        for job in jobs:
+            self.state.remove(job)
+        return {"ok": True, "count": len(jobs)}
+
+    def obliterate(self, session: Any, command: cmd.Obliterate, now: float) -> Reply:
+        """Obliterate: every job of the queue, in any state, and its settings, are gone."""
+        for job in self._jobs_of(command.queue):
+            self.state.remove(job)
+        queue = self.state.queues.pop(command.queue, None)
+        if queue is not None:
+            self._settings_changed(queue)
+            for waiter in queue.waiters:
+                if not waiter.done and not waiter.session.closed:
+                    waiter.done = True
+                    waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)  # type: ignore[attr-defined]
+        return {"ok": True}
+
+    def list_queues(self, session: Any, command: cmd.ListQueues, now: float) -> Reply:
+        """ListQueues: names, sorted."""
+        return {"ok": True, "queues": sorted(self.state.queues)}
+
+    def clean(self, session: Any, command: cmd.Clean, now: float) -> Reply:
+        """Clean: remove jobs older than `grace` ms in the state named (queued by default)."""
+        state = command.state
+        if state is None or state in CLEAN_QUEUED:
+            jobs = self._jobs_of(command.queue, QUEUED_STATES)
+            old = [job for job in jobs if now - job.created_at >= command.grace]
+        else:
+            jobs = self._jobs_of(command.queue, (state,))
+            old = [job for job in jobs if now - (job.completed_at or now) >= command.grace]
+        old.sort(key=lambda job: (job.created_at, job.id))
+        old = old[: command.limit]
+        for job in old:
+            self.state.remove(job)
+        return {"ok": True, "count": len(old), "ids": [job.id for job in old]}
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def get_jobs(self, session: Any, command: cmd.GetJobs, now: float) -> Reply:
+        """GetJobs: jobs in the states asked for, oldest first, one page."""
+        jobs = sorted(self._jobs_of(command.queue, set(command.state)), key=_age)
+        page = jobs[command.offset : command.offset + command.limit]
+        return {"ok": True, "jobs": [job.to_wire_with_state() for job in page]}
+
+    def counts_per_priority(self, session: Any, command: Any, now: float) -> Reply:
+        """GetCountsPerPriority: queued jobs by priority (keys are strings)."""
+        counts: dict[str, int] = {}
+        for job in self._jobs_of(command.queue, QUEUED_STATES):
+            key = str(int(job.priority) if float(job.priority).is_integer() else job.priority)
+            counts[key] = counts.get(key, 0) + 1
+        return {"ok": True, "queue": command.queue, "counts": counts}
+
+    def job_by_custom_id(self, session: Any, command: Any, now: float) -> Reply:
+        """GetJobByCustomId."""
+        job = self.state.jobs.get(command.customId)
+        if job is None or job.custom_id != command.customId:
+            raise EngineError("Job not found")
+        return {"ok": True, "job": job.to_wire_with_state()}
+
+    # -- dead letters --------------------------------------------------------------------------
+
+    def dlq(self, session: Any, command: cmd.Dlq, now: float) -> Reply:
+        """Dlq: the queue's failed jobs, oldest failure first."""
+        failed = sorted(self._jobs_of(command.queue, (FAILED,)), key=_finished)
+        return {"ok": True, "jobs": [job.to_wire_with_state() for job in failed[: command.count]]}
+
+    def retry_dlq(self, session: Any, command: cmd.RetryDlq, now: float) -> Reply:
+        """RetryDlq: failed jobs go back to waiting with a fresh attempt budget."""
+        failed = self._jobs_of(command.queue, (FAILED,))
+        if command.jobId is not None:
+            failed = [job for job in failed if job.id == command.jobId]
+        for job in failed:
+            self.state.revive(job, now)
+        return {"ok": True, "count": len(failed)}
+
+    def purge_dlq(self, session: Any, command: cmd.PurgeDlq, now: float) -> Reply:
+        """PurgeDlq: delete the queue's failed jobs."""
+        failed = self._jobs_of(command.queue, (FAILED,))
+        for job in failed:
+            self.state.remove(job)
+        return {"ok": True, "count": len(failed)}
+
+    def retry_completed(self, session: Any, command: cmd.RetryCompleted, now: float) -> Reply:
+        """RetryCompleted: completed jobs run again (result and progress cleared)."""
+        done = self._jobs_of(command.queue, (COMPLETED,))
+        if command.id is not None:
+            done = [job for job in done if job.id == command.id]
+        for job in done:
+            job.result = None
+            job.progress = 0
+            self.state.revive(job, now)
+        return {"ok": True, "count": len(done)}
+
+    # -- limits and settings -------------------------------------------------------------------
+
+    def rate_limit(self, session: Any, command: cmd.RateLimit, now: float) -> Reply:
+        """RateLimit: at most `limit` jobs of the queue start per second."""
+        queue = self.state.queue(command.queue)
+        queue.rate_limit = command.limit
+        queue.tokens, queue.tokens_at = float(command.limit), now
+        self._settings_changed(queue)
+        return {"ok": True}
+
+    def rate_limit_clear(self, session: Any, command: Any, now: float) -> Reply:
+        """RateLimitClear."""
+        queue = self.state.queue(command.queue)
+        queue.rate_limit = None
+        self._settings_changed(queue)
+        self.state.dirty_queues.add(queue)
+        return {"ok": True}
+
+    def set_concurrency(self, session: Any, command: cmd.SetConcurrency, now: float) -> Reply:
+        """SetConcurrency: at most `limit` jobs of the queue active at once."""
+        queue = self.state.queue(command.queue)
+        queue.concurrency = command.limit
+        self._settings_changed(queue)
+        self.state.dirty_queues.add(queue)
+        return {"ok": True}
+
+    def clear_concurrency(self, session: Any, command: Any, now: float) -> Reply:
+        """ClearConcurrency."""
+        queue = self.state.queue(command.queue)
+        queue.concurrency = None
+        self._settings_changed(queue)
+        self.state.dirty_queues.add(queue)
+        return {"ok": True}
+
+    def set_stall_config(self, session: Any, command: cmd.SetStallConfig, now: float) -> Reply:
+        """SetStallConfig: merged into the queue's (stallInterval applies to jobs without
+        their own stallTimeout; maxStalls to every stall count)."""
+        queue = self.state.queue(command.queue)
+        queue.stall_config = {**queue.stall_config, **command.config}
+        self._settings_changed(queue)
+        return {"ok": True}
+
+    def get_stall_config(self, session: Any, command: Any, now: float) -> Reply:
+        """GetStallConfig: the defaults merged with what was set."""
+        queue = self.state.queues.get(command.queue)
+        config = {**DEFAULT_STALL_CONFIG, **(queue.stall_config if queue else {})}
+        return {"ok": True, "config": config}
+
+    def set_dlq_config(self, session: Any, command: cmd.SetDlqConfig, now: float) -> Reply:
+        """SetDlqConfig: merged into the queue's (stored and reported)."""
+        queue = self.state.queue(command.queue)
+        queue.dlq_config = {**queue.dlq_config, **command.config}
+        self._settings_changed(queue)
+        return {"ok": True}
+
+    def get_dlq_config(self, session: Any, command: Any, now: float) -> Reply:
+        """GetDlqConfig."""
+        queue = self.state.queues.get(command.queue)
+        config = {**DEFAULT_DLQ_CONFIG, **(queue.dlq_config if queue else {})}
+        return {"ok": True, "config": config}
+
+    # -- statistics ----------------------------------------------------------------------------
+
+    def stats(self, session: Any, command: Any, now: float) -> Reply:
+        """Stats: job counts over every queue, uptime, totals."""
+        totals: dict[str, int] = {}
+        for queue in self.state.queues.values():
+            for state, count in queue.counts.items():
+                totals[state] = totals.get(state, 0) + count
+        ready = totals.get(WAITING, 0) + totals.get(PRIORITIZED, 0)
+        return {
+            "ok": True,
+            "stats": {
+                "waiting": ready,
+                "active": totals.get(ACTIVE, 0),
+                "delayed": totals.get("delayed", 0),
+                "dlq": totals.get(FAILED, 0),
+                "completed": totals.get(COMPLETED, 0),
+                "failed": self.state.totals["failed"],
+                "uptime": now - self.started_ms,
+            },
+        }
+
+    def metrics(self, session: Any, command: Any, now: float) -> Reply:
+        """Metrics: totals since start, and this process's memory."""
+        totals = self.state.totals
+        return {
+            "ok": True,
+            "metrics": {
+                "totalPushed": totals["pushed"],
+                "totalPulled": totals["pulled"],
+                "totalCompleted": totals["completed"],
+                "totalFailed": totals["failed"],
+                "memoryUsageMb": rss_mib(),
+            },
+        }
+
+    def storage_status(self, session: Any, command: Any, now: float) -> Reply:
+        """StorageStatus: a broker whose store fails stops, so a running one is healthy."""
+        return {"ok": True, "data": {"diskFull": False, "error": None, "since": None}}
+
+    def restore_settings(self, records: list[Record]) -> None:
+        """Load stored queue settings."""
+        for record in records:
+            if record.kind != QUEUE:
+                continue
+            body = _decode(record.body)
+            queue = self.state.queue(record.key)
+            queue.paused = body.get("paused", False)
+            queue.rate_limit = body.get("rateLimit")
+            queue.concurrency = body.get("concurrency")
+            queue.stall_config = body.get("stallConfig") or {}
+            queue.dlq_config = body.get("dlqConfig") or {}
+            queue.tokens = float(queue.rate_limit or 0)
+
+    def take_settings_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
+        """Queue settings to write or delete since the last commit."""
+        writes, deletes = [], []
+        for name in self.state.changed_settings:
+            queue = self.state.queues.get(name)
+            if queue is None:
+                deletes.append((QUEUE, name))
+            else:
+                writes.append(settings_record(queue))
+        self.state.changed_settings.clear()
+        return writes, deletes
+
+
+def _age(job: Job) -> tuple[float, str]:
+    return (job.created_at, job.id)
+
+
+def _finished(job: Job) -> tuple[float, str]:
+    return (job.completed_at or 0, job.id)
+
+
+def rss_mib() -> float:
+    """This process's resident memory in MiB (Linux /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{os.getpid()}/statm") as statm:
+            pages = int(statm.read().split()[1])
+    except OSError:
+        return 0.0
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)

@@ -1,0 +1,228 @@
+"""Queue, dead-letter and monitoring commands for operators."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from .commands import Command, QueueQuery
+from .errors import CommandError
+from .values import at_least, finite, optional_str, required_str
+
+JOB_STATES = ("waiting", "prioritized", "delayed", "active", "completed", "failed",
+              "waiting-children")  # fmt: skip
+CLEAN_STATES = ("waiting", "wait", "delayed", "prioritized", "paused", "completed", "failed")
+
+
+def whole(value: Any, field: str, default: int, minimum: int = 0) -> int:
+    """An optional whole number (fractions round down) of at least `minimum`."""
+    if value is None:
+        return default
+    return math.floor(at_least(finite(value, field), minimum, field))
+
+
+class Pause(QueueQuery, tag="Pause"):
+    """Stop handing out the queue's jobs (pushes still land)."""
+
+
+class Resume(QueueQuery, tag="Resume"):
+    """Hand out the queue's jobs again."""
+
+
+class IsPaused(QueueQuery, tag="IsPaused"):
+    """Whether the queue is paused."""
+
+
+class Drain(QueueQuery, tag="Drain"):
+    """Remove every job of the queue that waits to run (waiting, prioritized, delayed)."""
+
+
+class Obliterate(QueueQuery, tag="Obliterate"):
+    """Remove the queue: every job in any state, and its settings."""
+
+
+class ListQueues(Command, tag="ListQueues"):
+    """The names of the queues the broker knows."""
+
+
+class Clean(QueueQuery, tag="Clean"):
+    """Remove jobs older than `grace` ms in a state (queued by default), at most `limit`."""
+
+    grace: Any = None
+    state: Any = None
+    limit: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.grace = whole(self.grace, "grace", 0)
+        self.limit = whole(self.limit, "limit", 1000)
+        if self.state is not None and self.state not in CLEAN_STATES:
+            raise CommandError(f"state must be one of {', '.join(CLEAN_STATES)}")
+
+
+class GetJobs(QueueQuery, tag="GetJobs"):
+    """A page of the queue's jobs in some states, oldest first."""
+
+    state: Any = None
+    limit: Any = None
+    offset: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        states = [self.state] if isinstance(self.state, str) else self.state
+        if states is None:
+            states = list(JOB_STATES)
+        if not isinstance(states, list) or not all(s in JOB_STATES for s in states):
+            raise CommandError(f"state must be one of {', '.join(JOB_STATES)}")
+        self.state = states
+        self.limit = whole(self.limit, "limit", 100)
+        self.offset = whole(self.offset, "offset", 0)
+
+
+class GetCountsPerPriority(QueueQuery, tag="GetCountsPerPriority"):
+    """How many queued jobs wait at each priority."""
+
+
+class GetJobByCustomId(Command, tag="GetJobByCustomId"):
+    """A job by the custom id it was pushed with."""
+
+    customId: Any = None
+
+    def __post_init__(self) -> None:
+        self.customId = required_str(self.customId, "customId")
+
+
+class Dlq(QueueQuery, tag="Dlq"):
+    """The queue's failed jobs, oldest first (the first `count`)."""
+
+    count: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.count = whole(self.count, "count", 100)
+
+
+class RetryDlq(QueueQuery, tag="RetryDlq"):
+    """Retry one failed job (`jobId`) or all of them, with a fresh attempt budget."""
+
+    jobId: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.jobId = optional_str(self.jobId, "jobId")
+
+
+class PurgeDlq(QueueQuery, tag="PurgeDlq"):
+    """Delete the queue's failed jobs."""
+
+
+class RetryCompleted(QueueQuery, tag="RetryCompleted"):
+    """Run one completed job (`id`) or all of them again."""
+
+    id: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.id = optional_str(self.id, "id")
+
+
+class QueueLimit(QueueQuery):
+    """A command that sets a per-queue limit (a positive whole number)."""
+
+    limit: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.limit is None:
+            raise CommandError("limit is required")
+        self.limit = whole(self.limit, "limit", 0, minimum=1)
+
+
+class RateLimit(QueueLimit, tag="RateLimit"):
+    """At most `limit` jobs of the queue start per second."""
+
+
+class RateLimitClear(QueueQuery, tag="RateLimitClear"):
+    """Remove the queue's rate limit."""
+
+
+class SetConcurrency(QueueLimit, tag="SetConcurrency"):
+    """At most `limit` jobs of the queue are active at once."""
+
+
+class ClearConcurrency(QueueQuery, tag="ClearConcurrency"):
+    """Remove the queue's concurrency limit."""
+
+
+STALL_KEYS = {"enabled": bool, "stallInterval": float, "maxStalls": int, "gracePeriod": float}
+DLQ_KEYS = {"autoRetry": bool, "autoRetryInterval": float, "maxAutoRetries": int,
+            "maxAge": float, "maxEntries": int}  # fmt: skip
+
+
+def config_of(value: Any, keys: dict[str, type]) -> dict[str, Any]:
+    """Validate a partial settings object against the known keys and their kinds."""
+    if not isinstance(value, dict):
+        raise CommandError("config must be an object")
+    config: dict[str, Any] = {}
+    for key, item in value.items():
+        kind = keys.get(key)
+        if kind is None:
+            raise CommandError(f"unknown config key: {key}")
+        if kind is bool:
+            if not isinstance(item, bool):
+                raise CommandError(f"config.{key} must be a boolean")
+            config[key] = item
+        else:
+            number = at_least(finite(item, f"config.{key}"), 0, f"config.{key}")
+            config[key] = math.floor(number) if kind is int else number
+    return config
+
+
+class SetStallConfig(QueueQuery, tag="SetStallConfig"):
+    """Merge stall-detection settings into the queue's."""
+
+    config: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.config = config_of(self.config, STALL_KEYS)
+
+
+class GetStallConfig(QueueQuery, tag="GetStallConfig"):
+    """The queue's stall-detection settings."""
+
+
+class SetDlqConfig(QueueQuery, tag="SetDlqConfig"):
+    """Merge dead-letter settings into the queue's."""
+
+    config: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.config = config_of(self.config, DLQ_KEYS)
+
+
+class GetDlqConfig(QueueQuery, tag="GetDlqConfig"):
+    """The queue's dead-letter settings."""
+
+
+class Stats(Command, tag="Stats"):
+    """Broker-wide job counts and rates."""
+
+
+class Metrics(Command, tag="Metrics"):
+    """Broker-wide totals."""
+
+
+class StorageStatus(Command, tag="StorageStatus"):
+    """Whether the store is healthy."""
+
+
+ADMIN_COMMANDS: tuple[type[msgspec.Struct], ...] = (
+    Pause, Resume, IsPaused, Drain, Obliterate, ListQueues, Clean, GetJobs,
+    GetCountsPerPriority, GetJobByCustomId, Dlq, RetryDlq, PurgeDlq, RetryCompleted, RateLimit,
+    RateLimitClear, SetConcurrency, ClearConcurrency, SetStallConfig, GetStallConfig,
+    SetDlqConfig, GetDlqConfig, Stats, Metrics, StorageStatus,
+)  # fmt: skip
