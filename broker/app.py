@@ -21,6 +21,8 @@ from .config import Config
 from .engine.actor import EngineActor
 from .engine.core import Engine
 from .engine.state import EngineState
+from .metrics import Metrics
+from .server.http import HttpServer
 from .server.tcp import TcpServer
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,8 @@ class App:
         self._stop = trio.Event()
         self.actor: EngineActor | None = None
         self.tcp: TcpServer | None = None
+        self.http: HttpServer | None = None
+        self.http_listeners: list[Any] = []
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, report the TCP listeners, serve until shutdown, then stop cleanly."""
@@ -57,15 +61,27 @@ class App:
     async def _serve(self, actor: EngineActor, task_status: Any) -> None:
         config = self.config
         tcp = self.tcp = TcpServer(actor, config.auth_tokens)
+        metrics = Metrics(actor.engine.state, lambda: len(tcp.connections))
+        actor.engine.state.on_start = metrics.job_started
+        actor.engine.state.on_complete = metrics.job_completed
+        actor.on_pass = metrics.pass_commands.observe
+        http = self.http = HttpServer(actor, metrics, config.auth_tokens)
         async with trio.open_nursery() as nursery:
             await nursery.start(actor.run)
             async with trio.open_nursery() as servers:
                 listeners = await servers.start(tcp.run, config.host, config.port)
+                if config.http_port:
+                    self.http_listeners = await servers.start(
+                        http.run, config.host, config.http_port
+                    )
+                http.ready = True
                 task_status.started(listeners)
                 await self._stop.wait()
+                http.ready = False
                 tcp.stop_accepting()
                 await actor.inbox.send(actor.answer_parked_message())
                 await tcp.close_connections(config.shutdown_grace_s)
+                servers.cancel_scope.cancel()  # the HTTP port closes with the rest
             await actor.inbox.aclose()
 
     def shutdown(self) -> None:
@@ -91,6 +107,9 @@ async def serve_until_signalled(config: Config, store: Store | None) -> None:
         for listener in listeners:
             host, port = listener.socket.getsockname()[:2]
             print(f"trioq listening on tcp {host}:{port}", flush=True)
+        for listener in app.http_listeners:
+            host, port = listener.socket.getsockname()[:2]
+            print(f"trioq serving http on {host}:{port}", flush=True)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 log.info("signal %s: shutting down", signum)

@@ -22,7 +22,7 @@ Connect = Callable[[], Awaitable[FrameClient]]
 
 async def start_app(nursery: trio.Nursery, config: Config | None = None) -> App:
     """Start an App on port 0 with a clock pinned to EPOCH_MS at the current Trio time."""
-    app = App(config or Config(port=0, memory=True), clock=Clock(EPOCH_MS))
+    app = App(config or Config(port=0, http_port=0, memory=True), clock=Clock(EPOCH_MS))
     await nursery.start(app.run)
     return app
 

@@ -88,6 +88,7 @@ class EngineActor:
         # Sessions with staged replies register here; they are released after the commit.
         self.outbox: set[Any] = set()
         self.passes = 0
+        self.on_pass: Any = None  # observes how many commands each pass ran (metrics)
         # The deadline the actor sleeps until while parked on an empty inbox; None when busy.
         self._armed_deadline: float | None = None
 
@@ -153,6 +154,8 @@ class EngineActor:
         engine = self.engine
         now = self.clock.now_ms()
         engine.tick(now)
+        if self.on_pass is not None:
+            self.on_pass(sum(len(item.commands) for item in items if isinstance(item, Batch)))
         for item in items:
             session = item.session
             if isinstance(item, Batch):

@@ -126,6 +126,9 @@ class EngineState:
         self.finished: list[Job] = []
         self.changed_settings: set[str] = set()
         self.totals = {"pushed": 0, "pulled": 0, "completed": 0, "failed": 0}
+        # Latency observers (metrics): called with ms waited before a start, ms of processing.
+        self.on_start: Any = None
+        self.on_complete: Any = None
         # Job events of the pass, collected only while someone listens (see events.py).
         self.emitting = False
         self.events: list[tuple[str, Job, dict[str, Any]]] = []
@@ -365,6 +368,8 @@ class EngineState:
         job.late_open = False
         self._arm_timeout(job, now)
         self.totals["pulled"] += 1
+        if self.on_start is not None:
+            self.on_start(now - job.run_at)
         self.emit("active", job)
         if owner is None:
             return None
@@ -452,6 +457,8 @@ class EngineState:
             self.finished.append(job)
             self._retain(self.completed, job, now)
         self.totals["completed"] += 1
+        if self.on_complete is not None and job.started_at is not None:
+            self.on_complete(now - job.started_at)
         self.emit("completed", job)
         self._release_dependents(job, now)
 

@@ -83,7 +83,7 @@ async def test_crons_survive_a_restart_and_skip_missed_runs(tmp_path: Path, auto
 
 async def run_cron_across(epoch_ms: float, hours: int, nursery) -> list[float]:
     """Run a daily 02:30 Berlin cron from `epoch_ms` for `hours` (MockClock); its jobs' times."""
-    app = App(Config(port=0, memory=True), clock=Clock(epoch_ms))
+    app = App(Config(port=0, http_port=0, memory=True), clock=Clock(epoch_ms))
     await nursery.start(app.run)
     client = await memory_connector(app, nursery)()
     await client.call(

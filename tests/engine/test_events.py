@@ -41,9 +41,7 @@ async def test_a_jobs_events_arrive_in_order(client: FrameClient, app: App) -> N
 async def test_a_slow_subscriber_is_dropped_not_waited_for(client: FrameClient, app: App) -> None:
     assert app.actor is not None
     subscription = app.actor.bus.subscribe(["job:pushed"])
-    await client.call(
-        "PUSHB", queue="q", jobs=[{"data": i} for i in range(SUBSCRIBER_BUFFER + 1)]
-    )
+    await client.call("PUSHB", queue="q", jobs=[{"data": i} for i in range(SUBSCRIBER_BUFFER + 1)])
     assert subscription.dropped == DROPPED_SLOW
     assert len(drain(subscription)) == SUBSCRIBER_BUFFER
     assert not app.actor.engine.state.emitting  # nobody left listening

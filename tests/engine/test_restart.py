@@ -22,7 +22,7 @@ class Broker:
     def __init__(self, path: Path, **config: object) -> None:
         self.path = str(path / "trioq.db")
         self.clock = Clock(EPOCH_MS)
-        self.config = Config(port=0, **config)  # type: ignore[arg-type]
+        self.config = Config(port=0, http_port=0, **config)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Connect]:
@@ -178,7 +178,7 @@ async def test_completed_jobs_expire_by_age(tmp_path: Path, autojump_clock) -> N
 
 async def test_durable_jobs_are_committed_synchronously(nursery: trio.Nursery) -> None:
     store = MemoryStore()
-    app = App(Config(port=0), store=store, clock=Clock(EPOCH_MS))
+    app = App(Config(port=0, http_port=0), store=store, clock=Clock(EPOCH_MS))
     await nursery.start(app.run)
     client = await memory_connector(app, nursery)()
     await push(client)

@@ -1,0 +1,75 @@
+"""Prometheus metrics: queue depths by state, totals, connections, latencies, pass sizes.
+
+Depths and totals are read from the engine when scraped (nothing to keep in step); the
+histograms are observed as jobs start and finish and as the actor runs its passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 3600)
+PASS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+class EngineCollector(Collector):
+    """Reads queue depths and totals from the engine at scrape time."""
+
+    def __init__(self, state: Any, connections: Callable[[], int]) -> None:
+        self.state = state
+        self.connections = connections
+
+    def collect(self) -> Iterator[Any]:
+        """Yield the current values."""
+        depth = GaugeMetricFamily(
+            "trioq_jobs", "Jobs by queue and state", labels=["queue", "state"]
+        )
+        for name, queue in sorted(self.state.queues.items()):
+            for state, count in queue.counts.items():
+                depth.add_metric([name, state], count)
+        yield depth
+        for key in ("pushed", "pulled", "completed", "failed"):
+            total = CounterMetricFamily(f"trioq_jobs_{key}", f"Jobs {key} since start")
+            total.add_metric([], self.state.totals[key])
+            yield total
+        gauge = GaugeMetricFamily("trioq_connections", "Open client connections")
+        gauge.add_metric([], self.connections())
+        yield gauge
+
+
+class Metrics:
+    """The broker's metrics registry and the histograms it observes."""
+
+    def __init__(self, state: Any, connections: Callable[[], int]) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(EngineCollector(state, connections))
+        self.push_to_start = Histogram(
+            "trioq_push_to_start_seconds", "From a job's run time to its start",
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.processing = Histogram(
+            "trioq_processing_seconds", "From a job's start to its completion",
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.pass_commands = Histogram(
+            "trioq_engine_pass_commands", "Commands run in one engine pass",
+            buckets=PASS_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+
+    def job_started(self, waited_ms: float) -> None:
+        """A job started `waited_ms` after its run time."""
+        self.push_to_start.observe(max(waited_ms, 0) / 1000)
+
+    def job_completed(self, took_ms: float) -> None:
+        """A job completed `took_ms` after it started."""
+        self.processing.observe(max(took_ms, 0) / 1000)
+
+    def render(self) -> bytes:
+        """The text exposition format."""
+        return generate_latest(self.registry)

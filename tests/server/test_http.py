@@ -1,0 +1,110 @@
+"""The HTTP port: health, readiness, Prometheus metrics, stats and the REST surface."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import h11
+import trio
+import trio.testing
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.app import App
+from broker.config import Config
+from tests.conftest import start_app
+
+
+async def http(
+    app: App, nursery: trio.Nursery, method: str, path: str, body: Any = None, token: str = ""
+) -> tuple[int, str, bytes]:
+    """One request over an in-memory connection: (status, content type, body)."""
+    client, server = trio.testing.memory_stream_pair()
+    assert app.http is not None
+    nursery.start_soon(app.http.serve_stream, server)
+    connection = h11.Connection(h11.CLIENT)
+    payload = b"" if body is None else json.dumps(body).encode()
+    headers = [("host", "test"), ("content-length", str(len(payload)))]
+    if token:
+        headers.append(("authorization", f"Bearer {token}"))
+    data = connection.send(h11.Request(method=method, target=path, headers=headers))
+    await client.send_all(
+        data + connection.send(h11.Data(data=payload)) + connection.send(h11.EndOfMessage())
+    )
+    status, content_type, received = 0, "", b""
+    while True:
+        event = connection.next_event()
+        if event is h11.NEED_DATA:
+            connection.receive_data(await client.receive_some(65536))
+        elif isinstance(event, h11.Response):
+            status = event.status_code
+            content_type = dict(event.headers)[b"content-type"].decode()
+        elif isinstance(event, h11.Data):
+            received += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            await client.aclose()
+            return status, content_type, received
+
+
+async def test_liveness_readiness_and_health(app: App, nursery: trio.Nursery) -> None:
+    assert await http(app, nursery, "GET", "/healthz") == (200, "text/plain", b"OK")
+    status, kind, body = await http(app, nursery, "GET", "/ready")
+    assert (status, kind, json.loads(body)) == (
+        200,
+        "application/json",
+        {"ok": True, "ready": True},
+    )
+    status, _, body = await http(app, nursery, "GET", "/health")
+    assert status == 200 and json.loads(body)["status"] == "healthy"
+    assert (await http(app, nursery, "GET", "/nope"))[0] == 404
+
+
+async def test_metrics_parse_as_prometheus_text(app: App, nursery: trio.Nursery) -> None:
+    await http(app, nursery, "POST", "/queues/mq/jobs", {"name": "n", "data": {"x": 1}})
+    status, kind, body = await http(app, nursery, "GET", "/metrics")
+    assert status == 200 and kind.startswith("text/plain; version=0.0.4")
+    families = {family.name: family for family in text_string_to_metric_families(body.decode())}
+    depth = {
+        (sample.labels["queue"], sample.labels["state"]): sample.value
+        for sample in families["trioq_jobs"].samples
+    }
+    assert depth[("mq", "waiting")] == 1
+    assert families["trioq_jobs_pushed"].samples[0].value == 1
+    assert "trioq_push_to_start_seconds" in families and "trioq_engine_pass_commands" in families
+
+
+async def test_rest_push_pull_ack_get(app: App, nursery: trio.Nursery) -> None:
+    status, _, body = await http(
+        app, nursery, "POST", "/queues/rq/jobs", {"name": "n", "data": {"v": 1}}
+    )
+    job_id = json.loads(body)["id"]
+    assert status == 200
+    status, _, body = await http(app, nursery, "GET", "/queues/rq/jobs?timeout=100")
+    assert json.loads(body)["job"]["data"] == {"v": 1}
+    status, _, body = await http(app, nursery, "POST", f"/jobs/{job_id}/ack", {"result": "done"})
+    assert (status, json.loads(body)["ok"]) == (200, True)
+    status, _, body = await http(app, nursery, "GET", f"/jobs/{job_id}")
+    job = json.loads(body)["job"]
+    assert (job["state"], job["returnvalue"]) == ("completed", "done")
+    status, _, body = await http(app, nursery, "GET", "/stats")
+    assert json.loads(body)["stats"]["completed"] == 1
+
+
+async def test_rest_validates_like_tcp(app: App, nursery: trio.Nursery) -> None:
+    status, _, body = await http(
+        app, nursery, "POST", "/queues/rq/jobs", {"data": 1, "timeout": -1}
+    )
+    assert (status, json.loads(body)) == (400, {"ok": False, "error": "timeout must be at least 0"})
+    status, _, body = await http(app, nursery, "POST", "/jobs/ghost/fail", {"error": "x"})
+    assert status == 400
+    assert json.loads(body)["error"] == "Job not found or not in processing state: ghost"
+
+
+async def test_http_needs_a_bearer_token_when_tokens_are_set(nursery: trio.Nursery) -> None:
+    config = Config(port=0, http_port=0, memory=True, auth_tokens=frozenset({"s3cret"}))
+    app = await start_app(nursery, config)
+    assert (await http(app, nursery, "GET", "/stats"))[0] == 401
+    assert (await http(app, nursery, "GET", "/stats", token="wrong"))[0] == 401
+    assert (await http(app, nursery, "GET", "/stats", token="s3cret"))[0] == 200
+    assert (await http(app, nursery, "GET", "/healthz"))[0] == 200  # liveness stays open
+    app.shutdown()
