@@ -24,6 +24,7 @@ from .engine.state import EngineState
 from .metrics import Metrics
 from .server.http import HttpServer
 from .server.tcp import TcpServer
+from .webhooks import WebhookDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,14 @@ class App:
         actor.engine.state.on_complete = metrics.job_completed
         actor.on_pass = metrics.pass_commands.observe
         http = self.http = HttpServer(actor, metrics, config.auth_tokens)
+        engine = actor.engine
+        engine.allow_private_webhooks = config.allow_private_webhooks
+        dispatcher = WebhookDispatcher(engine, retry_base_s=config.webhook_retry_s)
+        actor.bus.add_listener(dispatcher.on_event, engine.has_webhooks)
         async with trio.open_nursery() as nursery:
             await nursery.start(actor.run)
             async with trio.open_nursery() as servers:
+                servers.start_soon(dispatcher.run)  # cancelled with the servers at shutdown
                 listeners = await servers.start(tcp.run, config.host, config.port)
                 if config.http_port:
                     self.http_listeners = await servers.start(

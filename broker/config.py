@@ -24,6 +24,8 @@ class Config:
     keep_completed_s: float = 7 * 86_400
     keep_failed_s: float = 7 * 86_400
     shutdown_grace_s: float = 5.0
+    allow_private_webhooks: bool = False
+    webhook_retry_s: float = 1.0
 
     @property
     def db_path(self) -> str:

@@ -49,12 +49,12 @@ class EventBus:
 
     def __init__(self) -> None:
         self.subscriptions: set[Subscription] = set()
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.listeners: list[tuple[Callable[[dict[str, Any]], None], Callable[[], bool]]] = []
         self.on_change: Callable[[bool], None] = lambda listening: None
 
     def listening(self) -> bool:
         """Whether anyone would receive an event (the engine skips collecting otherwise)."""
-        return bool(self.subscriptions or self.listeners)
+        return bool(self.subscriptions) or any(active() for _, active in self.listeners)
 
     def subscribe(self, patterns: list[str], queue: str | None = None) -> Subscription:
         """Start a subscription; events published from now on reach it."""
@@ -69,15 +69,17 @@ class EventBus:
         subscription.send.close()
         self.on_change(self.listening())
 
-    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
-        """Call `listener(message)` for every event (it must not block)."""
-        self.listeners.append(listener)
-        self.on_change(True)
+    def add_listener(
+        self, listener: Callable[[dict[str, Any]], None], active: Callable[[], bool]
+    ) -> None:
+        """Call `listener(message)` for every event while `active()` (it must not block)."""
+        self.listeners.append((listener, active))
+        self.on_change(self.listening())
 
     def publish(self, messages: Iterable[dict[str, Any]]) -> None:
         """Deliver committed events; never blocks (a full subscriber is dropped)."""
         for message in messages:
-            for listener in self.listeners:
+            for listener, _ in self.listeners:
                 listener(message)
             for subscription in list(self.subscriptions):
                 if not subscription.wants(message):

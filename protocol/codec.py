@@ -21,8 +21,16 @@ from .errors import CommandError
 from .extensions import ext_hook
 from .flows import FLOW_COMMANDS
 from .lifecycle import LIFECYCLE_COMMANDS
+from .webhooks import WEBHOOK_COMMANDS
 
-ALL_COMMANDS = WIRE_COMMANDS + LIFECYCLE_COMMANDS + CRON_COMMANDS + FLOW_COMMANDS + ADMIN_COMMANDS
+ALL_COMMANDS = (
+    WIRE_COMMANDS
+    + LIFECYCLE_COMMANDS
+    + CRON_COMMANDS
+    + FLOW_COMMANDS
+    + ADMIN_COMMANDS
+    + WEBHOOK_COMMANDS
+)
 COMMAND_NAMES = frozenset(cls.__struct_config__.tag for cls in ALL_COMMANDS)
 _AnyCommand = Union[ALL_COMMANDS]  # type: ignore[valid-type]  # noqa: UP007
 _decode_command = msgspec.msgpack.Decoder(_AnyCommand, ext_hook=ext_hook).decode

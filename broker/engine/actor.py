@@ -83,6 +83,7 @@ class EngineActor:
             records = store.load_records()
             engine.restore_crons(records, now)
             engine.restore_settings(records)
+            engine.restore_webhooks(records)
             self._commit_to(store)  # what the restart itself changed (requeued, expired)
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
         # Sessions with staged replies register here; they are released after the commit.
@@ -182,9 +183,9 @@ class EngineActor:
     def _commit_to(self, store: Store) -> None:
         changed, deleted, sync = self.engine.state.take_changes()
         records, record_deletes = self.engine.take_cron_writes()
-        settings, settings_deletes = self.engine.take_settings_writes()
-        records += settings
-        record_deletes += settings_deletes
+        for more, fewer in (self.engine.take_settings_writes(), self.engine.take_webhook_writes()):
+            records += more
+            record_deletes += fewer
         if changed or deleted or records or record_deletes:
             rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
             store.commit(rows, deleted, sync=sync, records=records, record_deletes=record_deletes)
@@ -199,6 +200,7 @@ class EngineActor:
             now = self.clock.now_ms()
             self.bus.publish(event_message(kind, job, extra, now) for kind, job, extra in events)
             events.clear()
+        self.engine.state.emitting = self.bus.listening()  # webhooks may have come or gone
 
     def _listening(self, listening: bool) -> None:
         self.engine.state.emitting = listening

@@ -16,6 +16,7 @@ import msgspec
 from protocol import CommandError
 from protocol import commands as cmd
 
+from ..webhooks import Webhook, WebhookHandlers
 from . import errors
 from .admin import AdminHandlers
 from .crons import CRON, Cron, CronHandlers
@@ -83,7 +84,7 @@ def drop_answered(waiters: Any) -> None:
         waiters.popleft()
 
 
-class Engine(LifecycleHandlers, CronHandlers, FlowHandlers, AdminHandlers):
+class Engine(LifecycleHandlers, CronHandlers, FlowHandlers, AdminHandlers, WebhookHandlers):
     """The broker's single writer: executes commands against EngineState."""
 
     def __init__(self, state: EngineState | None = None) -> None:
@@ -91,6 +92,10 @@ class Engine(LifecycleHandlers, CronHandlers, FlowHandlers, AdminHandlers):
         self.workers = WorkerRegistry()
         self.job_waiters: dict[str, list[tuple[Any, Any]]] = {}
         self.started_ms = 0.0
+        self.webhooks: dict[str, Webhook] = {}
+        self.webhook_stats: dict[str, dict[str, Any]] = {}
+        self.changed_webhooks: set[str] = set()
+        self.allow_private_webhooks = False
         self.crons: dict[str, Cron] = {}
         self.changed_crons: set[str] = set()
         self._handlers: dict[type, Any] = {
@@ -116,6 +121,7 @@ class Engine(LifecycleHandlers, CronHandlers, FlowHandlers, AdminHandlers):
             **self.cron_handlers(),
             **self.flow_handlers(),
             **self.admin_handlers(),
+            **self.webhook_handlers(),
         }
 
     # -- the actor's entry points --------------------------------------------------------------

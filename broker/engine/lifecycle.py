@@ -61,7 +61,7 @@ class LifecycleHandlers:
             cmd.Cancel: self.cancel,
             cmd.Discard: self.discard,
             cmd.WaitJob: self.wait_job,
-            cmd.SetWebhookEnabled: self.set_webhook_enabled,
+            cmd.SetWebhookEnabled: self.set_webhook_enabled,  # type: ignore[attr-defined]
             cmd.CompactMemory: self.compact_memory,
         }
 
@@ -284,10 +284,6 @@ class LifecycleHandlers:
             session.reply({"ok": True, "completed": False}, req_id)
 
     # -- housekeeping --------------------------------------------------------------------------
-
-    def set_webhook_enabled(self, session: Any, command: Any, now: float) -> Reply:
-        """SetWebhookEnabled: no webhook is registered until webhooks arrive (operations)."""
-        raise EngineError("Webhook not found")
 
     def compact_memory(self, session: Any, command: Any, now: float) -> Reply:
         """CompactMemory: drop stale heap and timer entries and idle empty queues."""
