@@ -1,33 +1,104 @@
-"""The broker's configuration: every default in one place."""
+"""The broker's configuration: every setting, its default and its help, in one table.
+
+A setting comes from, in rising order of precedence: its default here, the TOML file
+(`--config FILE` or TRIOQ_CONFIG; keys are the setting names), the environment
+(`TRIOQ_<NAME>`, e.g. TRIOQ_HTTP_PORT), then the command line (`--http-port`).
+"""
 
 from __future__ import annotations
 
 import os
+import tomllib
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
 DB_FILE = "trioq.db"
+ENV_PREFIX = "TRIOQ_"
+
+
+def _setting(default: Any, help: str) -> Any:
+    return attrs.field(default=default, metadata={"help": help})
 
 
 @attrs.frozen
 class Config:
-    """What `trioq serve` runs with."""
+    """What `trioq serve` runs with (field metadata holds each setting's help text)."""
 
-    host: str = "127.0.0.1"
-    port: int = 6789
-    http_port: int = 6790
-    memory: bool = False
-    data_dir: str = "data"
-    auth_tokens: frozenset[str] = frozenset()
-    keep_completed: int = 10_000
-    keep_failed: int = 10_000
-    keep_completed_s: float = 7 * 86_400
-    keep_failed_s: float = 7 * 86_400
-    shutdown_grace_s: float = 5.0
-    allow_private_webhooks: bool = False
-    webhook_retry_s: float = 1.0
+    host: str = _setting("127.0.0.1", "address to bind")
+    port: int = _setting(6789, "TCP port (0 picks a free one)")
+    http_port: int = _setting(6790, "HTTP and WebSocket port (0 turns it off)")
+    data_dir: str = _setting("data", "directory of the SQLite store (created if missing)")
+    memory: bool = _setting(False, "keep jobs in memory only (lost when the broker stops)")
+    auth_tokens: frozenset[str] = _setting(
+        frozenset(), "require Auth with one of these tokens (env: comma-separated)"
+    )
+    keep_completed: int = _setting(10_000, "completed jobs kept for queries")
+    keep_failed: int = _setting(10_000, "failed (dead-letter) jobs kept")
+    keep_completed_s: float = _setting(7 * 86_400, "seconds a completed job is kept")
+    keep_failed_s: float = _setting(7 * 86_400, "seconds a failed job is kept")
+    shutdown_grace_s: float = _setting(5.0, "seconds in-flight replies get at shutdown")
+    allow_private_webhooks: bool = _setting(
+        False, "let webhooks target loopback, private and link-local addresses"
+    )
+    webhook_retry_s: float = _setting(1.0, "pause before a webhook's first retry (grows)")
+    log_level: str = _setting("INFO", "DEBUG, INFO, WARNING or ERROR")
+    log_format: str = _setting("text", "text, json or kv (key=value)")
 
     @property
     def db_path(self) -> str:
         """The SQLite file inside the data directory."""
         return os.path.join(self.data_dir, DB_FILE)
+
+
+class ConfigError(Exception):
+    """A setting that cannot be read; the text is for the operator."""
+
+
+def settings() -> list[attrs.Attribute]:  # type: ignore[type-arg]
+    """Every setting, in table order."""
+    return list(attrs.fields(Config))
+
+
+def convert(field: attrs.Attribute, value: Any, source: str) -> Any:  # type: ignore[type-arg]
+    """Turn a value from TOML, the environment or the command line into the field's type."""
+    kind = type(field.default)
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ValueError(value)
+            return text in ("1", "true", "yes", "on")
+        if kind is frozenset:
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return frozenset(str(item).strip() for item in items if str(item).strip())
+        return kind(value)  # type: ignore[misc]  # str, int or float
+    except (TypeError, ValueError):
+        raise ConfigError(f"{source}: {field.name} cannot be {value!r}") from None
+
+
+def load(file: str | None, environ: Mapping[str, str], flags: Mapping[str, Any]) -> Config:
+    """Build the Config: defaults < TOML file < environment < command-line flags."""
+    values: dict[str, Any] = {}
+    names = {field.name: field for field in settings()}
+    if file:
+        try:
+            with open(file, "rb") as handle:
+                table = tomllib.load(handle)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {file}: {exc}") from None
+        for key, value in table.items():
+            field = names.get(key.replace("-", "_"))
+            if field is None:
+                raise ConfigError(f"{file}: unknown setting {key}")
+            values[field.name] = convert(field, value, file)
+    for field in names.values():
+        env = environ.get(ENV_PREFIX + field.name.upper())
+        if env is not None:
+            values[field.name] = convert(field, env, ENV_PREFIX + field.name.upper())
+    for name, value in flags.items():
+        values[name] = convert(names[name], value, "--" + name.replace("_", "-"))
+    return Config(**values)
