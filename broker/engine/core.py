@@ -20,6 +20,7 @@ from ..webhooks import Webhook, WebhookHandlers
 from . import errors
 from .admin import AdminHandlers
 from .crons import CRON, Cron, CronHandlers
+from .deadlines import GROUP_WAKE, POLL, WAIT_JOB
 from .errors import EngineError
 from .flows import FlowHandlers
 from .keys import DEBOUNCE, UNIQUE
@@ -43,7 +44,7 @@ from .schedule import (
     next_occurrence,
     zone,
 )
-from .state import GROUP_WAKE, NOT_STARTED, POLL, WAIT_JOB, EngineState
+from .state import NOT_STARTED, EngineState
 from .workers import WorkerRegistry
 
 log = logging.getLogger(__name__)

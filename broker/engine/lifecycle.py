@@ -13,6 +13,7 @@ import msgspec
 from protocol import lifecycle as cmd
 from protocol.jobspec import check_group_priority
 
+from .deadlines import WAIT_JOB
 from .errors import EngineError
 from .model import (
     ACTIVE,
@@ -25,7 +26,7 @@ from .model import (
     WAITING_CHILDREN,
     Job,
 )
-from .state import WAIT_JOB, EngineState
+from .state import EngineState
 
 MAX_LOGS = 100
 LOCK_INVALID = "Lock not found or invalid token"

@@ -5,7 +5,8 @@ here locks. Each transition goes through `_enter`, which keeps the per-queue cou
 the structures that depend on a state (ready heap, timer wheel, lease, holder) are updated next
 to it. Handlers check everything first and mutate after, so an error leaves state untouched.
 
-Retention. Completed and failed jobs are kept (for GetJob, GetResult, jobId idempotency and
+Retention (rules in deadlines.py, with everything else the timer wheel drives). Completed and
+failed jobs are kept (for GetJob, GetResult, jobId idempotency and
 dependency checks) up to a count and an age each; older ones are forgotten (and deleted from
 the store), driven by the timer wheel rather than a sweep.
 
@@ -18,9 +19,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
 from typing import Any
 
+from .deadlines import (
+    KEY_EXPIRY,
+    LEASE,
+    PROMOTE,
+    TTL_REASON,
+    DeadlineRules,
+    Retention,
+    retry_delay,
+)
 from .keys import DEBOUNCE, UNIQUE, KeyRegistry
 from .model import (
     ACTIVE,
@@ -37,68 +46,9 @@ from .queues import QueueState
 from .timers import TimerWheel
 
 NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
-MAX_BACKOFF_MS = 3_600_000
-MAX_STALLS = 3
-
-LEASE = "lease"
-PROMOTE = "promote"
-POLL = "poll"
-RETENTION = "retention"
-WAIT_JOB = "wait-job"
-TIMEOUT = "timeout"
-TTL = "ttl"
-STALL = "stall"
-KEY_EXPIRY = "key-expiry"
-GROUP_WAKE = "group-wake"
-TIMEOUT_REASON = "Job timeout exceeded"
-TTL_REASON = "Job expired (ttl)"
 
 
-def retry_delay(job: Job) -> float:
-    """The backoff before the next attempt: fixed, or base·2^(attempts-1), capped (1 h default)."""
-    config = job.backoff_config
-    cap = MAX_BACKOFF_MS
-    if config is not None:
-        cap = config.get("maxDelay", MAX_BACKOFF_MS)
-        if config["type"] == "fixed":
-            return min(job.backoff, cap)
-    exponent = max(job.attempts - 1, 0)
-    if exponent > 64:
-        return cap
-    return min(job.backoff * (2**exponent), cap)
-
-
-class Retention:
-    """Finished jobs of one kind (completed or failed), oldest first, kept up to a count and
-    an age. Entries are (finished_at, job); an entry whose job has moved on is stale."""
-
-    def __init__(self, state: str, limit: int, max_age_ms: float) -> None:
-        self.state = state
-        self.limit = limit
-        self.max_age_ms = max_age_ms
-        self.entries: deque[tuple[float, Job]] = deque()
-
-    def current(self, entry: tuple[float, Job]) -> bool:
-        """Whether the entry still describes its job."""
-        finished_at, job = entry
-        return job.state == self.state and job.completed_at == finished_at
-
-    def due(self, now: float) -> list[Job]:
-        """Drop and return the jobs past the count or the age limit."""
-        entries = self.entries
-        expired = []
-        while entries and (len(entries) > self.limit or entries[0][0] + self.max_age_ms <= now):
-            entry = entries.popleft()
-            if self.current(entry):
-                expired.append(entry[1])
-        return expired
-
-    def next_expiry(self) -> float | None:
-        """When the oldest entry reaches the age limit (None when empty)."""
-        return self.entries[0][0] + self.max_age_ms if self.entries else None
-
-
-class EngineState:
+class EngineState(DeadlineRules):
     """All job state plus the timer wheel; pure (callers pass `now`)."""
 
     def __init__(
@@ -221,42 +171,6 @@ class EngineState:
         self.totals["pushed"] += 1
         self.emit("pushed", job)
         self._wait_for_dependencies(job, now)
-
-    def _arm_ttl(self, job: Job) -> None:
-        if job.ttl:  # 0 means none, as for `timeout`
-            self.wheel.schedule(job.created_at + job.ttl, TTL, job)
-
-    def _arm_timeout(self, job: Job, started_at: float) -> None:
-        job.activation += 1
-        if job.timeout:
-            self.wheel.schedule(started_at + job.timeout, TIMEOUT, job, job.activation)
-        self._arm_stall_check(job)
-
-    def _arm_stall_check(self, job: Job) -> None:
-        """With a `stallTimeout`, one stall check per activation: at the last heartbeat plus
-        the timeout. Jobs without one rely on their lease, or on their connection closing:
-        a worker that leases for five minutes and does not heartbeat is not a stalled one."""
-        interval = self._stall_interval(job)
-        if interval:
-            self.wheel.schedule(job.last_heartbeat + interval, STALL, job, job.activation)
-
-    def _stall_interval(self, job: Job) -> float | None:
-        """The job's stallTimeout, else a stallInterval its queue was configured with."""
-        if job.stall_timeout is not None and job.stall_timeout > 0:
-            return job.stall_timeout
-        config = self.queue(job.queue).stall_config
-        if config.get("enabled", True) and config.get("stallInterval"):
-            return float(config["stallInterval"])
-        return None
-
-    def _check_stall(self, job: Job, now: float) -> None:
-        interval = self._stall_interval(job)
-        if interval is None:
-            return
-        if now - job.last_heartbeat < interval:
-            self._arm_stall_check(job)  # a heartbeat came meanwhile: look again later
-            return
-        self._count_stall(job, now, "Job stalled")
 
     # -- restart -------------------------------------------------------------------------------
 
@@ -527,19 +441,6 @@ class EngineState:
             if dependent.pending_deps <= 0:
                 self.schedule(dependent, now)
 
-    def _retain(self, retention: Retention, job: Job, now: float) -> None:
-        was_empty = not retention.entries
-        retention.entries.append((job.completed_at or now, job))
-        self.expire_retained(retention, now, arm=was_empty)
-
-    def expire_retained(self, retention: Retention, now: float, arm: bool = True) -> None:
-        """Forget finished jobs past their count or age; re-arm the age timer."""
-        for job in retention.due(now):
-            self._forget(job)
-        expiry = retention.next_expiry()
-        if arm and expiry is not None:
-            self.wheel.schedule(expiry, RETENTION, retention)
-
     def _forget(self, job: Job) -> None:
         if job.state:
             self._leave(self.queue(job.queue), job)
@@ -550,89 +451,4 @@ class EngineState:
             self.changed.pop(job.id, None)
             self.deleted.add(job.id)
 
-    def compact(self) -> None:
-        """Prune stale heap and timer entries and forget idle, empty queues (CompactMemory)."""
-        for name, queue in list(self.queues.items()):
-            queue.compact()
-            if queue.idle():
-                del self.queues[name]
-        self.wheel.compact(self._timer_is_current)
-
-    def _timer_is_current(self, timer: Any) -> bool:
-        job = timer.target
-        if timer.kind == PROMOTE:
-            return job.state == DELAYED and job.timer_token == timer.token
-        if timer.kind == LEASE:
-            return job.state == ACTIVE and job.lock_token == timer.token
-        if timer.kind in (TIMEOUT, STALL):
-            return job.state == ACTIVE and job.activation == timer.token
-        if timer.kind == TTL:
-            return job.id in self.jobs and job.state not in (COMPLETED, FAILED)
-        return True  # polls, WaitJob and retention decide when they fire
-
     # -- timers --------------------------------------------------------------------------------
-
-    def fire_timers(self, now: float) -> list[tuple[str, Any, Any]]:
-        """Apply every due delay, lease expiry and retention limit; returns the due timers
-        that are the engine's to handle (polls, WaitJob, crons), as (kind, target, token)."""
-        for_engine: list[tuple[str, Any, Any]] = []
-        for timer in self.wheel.pop_due(now):
-            job = timer.target
-            if timer.kind == PROMOTE:
-                if job.state == DELAYED and job.timer_token == timer.token:
-                    self.make_ready(job)
-            elif timer.kind == LEASE:
-                # A renewed lease leaves its earlier timers behind: only the current
-                # expiry counts.
-                current = job.state == ACTIVE and job.lock_token == timer.token
-                if current and now >= job.lock_expires_at:
-                    self._lease_expired(job, now)
-            elif timer.kind == RETENTION:
-                self.expire_retained(timer.target, now)
-            elif timer.kind == TIMEOUT:
-                if job.state == ACTIVE and job.activation == timer.token:
-                    self.time_out(job, now)
-            elif timer.kind == KEY_EXPIRY:
-                self.keys.expire(*timer.target)
-            elif timer.kind == STALL:
-                if job.state == ACTIVE and job.activation == timer.token:
-                    self._check_stall(job, now)
-            elif timer.kind == TTL:
-                if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
-                    self.fail(job, now, TTL_REASON, job.remove_on_fail)
-            else:
-                for_engine.append((timer.kind, timer.target, timer.token))
-        return for_engine
-
-    def time_out(self, job: Job, now: float) -> None:
-        """The processing timeout passed: fail the attempt exactly as a FAIL would, and
-        remember it so the worker's late ACK or FAIL is answered as a no-op."""
-        job.late_open = True
-        job.late_token = job.lock_token
-        self.settle_failure(
-            job, now, TIMEOUT_REASON, unrecoverable=False, remove=job.remove_on_fail
-        )
-
-    def settle_failure(
-        self, job: Job, now: float, reason: str, *, unrecoverable: bool, remove: bool
-    ) -> None:
-        """Count a failed attempt: retry after the backoff while attempts remain, else fail."""
-        job.attempts += 1
-        if unrecoverable or job.attempts >= job.max_attempts:
-            self.fail(job, now, reason, remove)
-        else:
-            job.failed_reason = reason
-            self.retry(job, now)
-
-    def _lease_expired(self, job: Job, now: float) -> None:
-        self._count_stall(job, now, "Lock expired: job stalled")
-
-    def _count_stall(self, job: Job, now: float, reason: str) -> None:
-        """A stall costs an attempt; the third one fails the job, the others requeue it."""
-        job.attempts += 1
-        job.stall_count += 1
-        self.emit("stalled", job, stallCount=job.stall_count)
-        if job.stall_count >= self.queue(job.queue).stall_config.get("maxStalls", MAX_STALLS):
-            self.fail(job, now, f"{reason} {job.stall_count} times", job.remove_on_fail)
-        else:
-            self.requeue(job, now)
