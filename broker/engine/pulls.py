@@ -1,0 +1,149 @@
+"""PULL and PULLB: claiming ready jobs now, or parking a long poll until one comes.
+
+A claim respects, in order: a paused queue (nothing), the queue's concurrency and rate
+limits (stop), and PULL's group limits (pass the job over, keep looking). Parked polls are
+served in arrival order whenever their queue gets a ready job or a freed slot, and answered
+empty when their time is up. A repeating job that starts adds its next occurrence.
+A mixin of Engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocol import commands as cmd
+
+from .deadlines import GROUP_WAKE, POLL
+from .model import ACTIVE, Job, next_occurrence_of, uuid7
+from .queues import JOB, QueueState, Waiter
+from .schedule import next_occurrence
+
+if TYPE_CHECKING:
+    from .state import EngineState
+
+Reply = dict[str, Any]
+
+
+def drop_answered(waiters: Any) -> None:
+    """Remove answered (or orphaned) long polls from the front of a queue's waiters."""
+    while waiters and (waiters[0].done or waiters[0].session.closed):
+        waiters.popleft()
+
+
+class PullHandlers:
+    """PULL, PULLB and the long polls they park (mixed into Engine)."""
+
+    state: EngineState
+
+    def answer_parked(self) -> None:
+        """Answer every parked long poll with no job (the broker is shutting down)."""
+        for queue in self.state.queues.values():
+            while queue.waiters:
+                waiter = queue.waiters.popleft()
+                if not waiter.done and not waiter.session.closed:
+                    waiter.done = True
+                    waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)
+
+    def pull(self, session: Any, command: cmd.Pull, now: float) -> Reply | None:
+        """PULL/PULLB: claim ready jobs now, or park until one arrives or the timeout passes."""
+        batch = isinstance(command, cmd.PullBatch)
+        count = command.count if batch else 1  # type: ignore[attr-defined]
+        waiter = Waiter(session, command.reqId, command, count, batch)
+        queue = self.state.queue(command.queue)
+        jobs, tokens = self._claim(queue, waiter, now) if queue.has_ready() else ([], [])
+        if jobs or not command.timeout:
+            return self._pulled(waiter, jobs, tokens)
+        queue.waiters.append(waiter)
+        self.state.wheel.schedule(now + command.timeout, POLL, waiter)
+        return None
+
+    def _claim(self, queue: QueueState, waiter: Waiter, now: float) -> tuple[list[Job], list]:
+        """Claim up to `waiter.count` ready jobs, passing over groups at their limit."""
+        command = waiter.command
+        holder = waiter.session if command.owner is None and not command.detach else None
+        groups = command.group
+        if queue.paused:
+            return [], []
+        jobs: list[Job] = []
+        tokens: list[str | None] = []
+        passed_over: list[tuple[Any, ...]] = []
+        full_groups: set[str] = set()
+        while len(jobs) < waiter.count:
+            entry = queue.pop_entry()
+            if entry is None:
+                break
+            job = entry[JOB]
+            if not self._queue_admits(queue, now):
+                queue.put_back(entry)
+                break
+            group = job.group_id
+            if group is not None and groups is not None:
+                if not queue.group_admits(group, groups, now):
+                    if group not in full_groups:
+                        full_groups.add(group)
+                        self._wake_when_group_frees(queue, group, groups)
+                    passed_over.append(entry)
+                    continue
+                queue.record_start(group, groups, now)
+            tokens.append(self.state.claim(job, now, command.owner, command.lockTtl, holder))
+            jobs.append(job)
+            if job.repeat is not None:
+                self._add_next_occurrence(job, now)
+        for entry in passed_over:
+            queue.put_back(entry)
+        return jobs, tokens
+
+    def _add_next_occurrence(self, job: Job, now: float) -> None:
+        """A repeating job started: its next occurrence waits on the timer wheel, at the time
+        its schedule gives (not when this one finishes)."""
+        repeat = job.repeat or {}
+        if "count" not in repeat or repeat.get("nextCreated"):
+            return
+        run_at = next_occurrence(repeat, job.run_at, now)
+        repeat["nextCreated"] = True  # only once, even if this occurrence runs again
+        self.state.touch(job)
+        if run_at is not None:
+            self.state.add(next_occurrence_of(job, uuid7(), run_at, now), now)
+
+    def _queue_admits(self, queue: QueueState, now: float) -> bool:
+        """The queue's concurrency limit and rate limit allow one more start."""
+        if queue.concurrency is not None and queue.counts[ACTIVE] >= queue.concurrency:
+            return False
+        wait_until = queue.take_token(now)
+        if wait_until is not None:
+            self.state.wheel.schedule(wait_until, GROUP_WAKE, queue)
+            return False
+        return True
+
+    def _wake_when_group_frees(self, queue: QueueState, group: str, options: Any) -> None:
+        # The pull that met the limit may be about to park: wake the queue's parked pulls
+        # when the window lets the group start again.
+        frees_at = queue.group_frees_at(group, options)
+        if frees_at is not None:
+            self.state.wheel.schedule(frees_at, GROUP_WAKE, queue)
+
+    def _pulled(self, waiter: Waiter, jobs: list[Job], tokens: list) -> Reply:
+        leased = waiter.command.owner is not None
+        if waiter.batch:
+            reply: Reply = {"ok": True, "jobs": [job.to_wire() for job in jobs]}
+            if leased:
+                reply["tokens"] = tokens
+            return reply
+        reply = {"ok": True, "job": jobs[0].to_wire() if jobs else None}
+        if leased:
+            reply["token"] = tokens[0] if tokens else None
+        return reply
+
+    def _serve_waiters(self, queue: QueueState, now: float) -> None:
+        waiters = queue.waiters
+        while waiters and queue.has_ready():
+            waiter = waiters.popleft()
+            if waiter.done or waiter.session.closed:
+                continue
+            jobs, tokens = self._claim(queue, waiter, now)
+            if not jobs:  # what is ready belongs to groups at their limit: keep waiting
+                waiters.appendleft(waiter)
+                break
+            waiter.done = True
+            waiter.session.reply(self._pulled(waiter, jobs, tokens), waiter.req_id)
+        drop_answered(waiters)
