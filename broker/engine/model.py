@@ -162,10 +162,6 @@ class Job:
     child_failures: dict[str, str] | None = None
     ignored_failures: dict[str, str] | None = None
 
-    def reported_state(self) -> str:
-        """The state a client sees (the internal names are the reported ones)."""
-        return self.state
-
     def to_wire(self) -> dict[str, Any]:
         """The job object as the reference server sends it (keys in its order)."""
         return {

@@ -97,11 +97,6 @@ class QueueState:
         entry[JOB].ready_seq = entry[SEQ]
         heapq.heappush(self.ready, entry)
 
-    def pop_ready(self) -> Job | None:
-        """Take the best ready job; None when there is none."""
-        entry = self.pop_entry()
-        return None if entry is None else entry[JOB]
-
     def has_ready(self) -> bool:
         """Whether a current ready entry exists (drops stale ones at the top)."""
         ready = self.ready
