@@ -27,6 +27,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object a line."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as a JSON object."""
         return json.dumps(_fields(record), default=str)
 
 
@@ -34,6 +35,7 @@ class KeyValueFormatter(logging.Formatter):
     """`key=value` pairs a line (values quoted when they hold spaces)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as key=value pairs."""
         parts = []
         for key, value in _fields(record).items():
             text = str(value)

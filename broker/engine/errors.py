@@ -8,18 +8,22 @@ class EngineError(Exception):
 
 
 def not_processing(job_id: str) -> EngineError:
+    """ACK/FAIL of a job that is not active."""
     return EngineError(f"Job not found or not in processing state: {job_id}")
 
 
 def token_required(job_id: str) -> EngineError:
+    """A leased job settled without its token."""
     return EngineError(f"Lock token required for job {job_id}")
 
 
 def token_invalid(job_id: str) -> EngineError:
+    """A token that is not the job's current lease."""
     return EngineError(f"Invalid or expired lock token for job {job_id}")
 
 
 def dependency_missing(job_id: str) -> EngineError:
+    """A dependsOn entry the broker does not know."""
     return EngineError(f"Dependency job not found: {job_id}")
 
 

@@ -47,18 +47,22 @@ class ReplayStream(trio.abc.Stream):
         self._prefix = prefix
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        """The replayed bytes first, then the stream's."""
         if self._prefix:
             data, self._prefix = self._prefix, b""
             return data
         return bytes(await self._stream.receive_some(max_bytes))
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """Send on the underlying stream."""
         await self._stream.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
+        """As the underlying stream."""
         await self._stream.wait_send_all_might_not_block()
 
     async def aclose(self) -> None:
+        """Close the underlying stream."""
         await self._stream.aclose()
 
 
@@ -98,6 +102,7 @@ class WebSocketClient:
         self.events_scope = trio.CancelScope()
 
     async def serve(self) -> None:
+        """Serve until the socket closes; then release what this connection held."""
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_replies)
