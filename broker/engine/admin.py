@@ -116,9 +116,7 @@ class AdminHandlers:
     def drain(self, session: Any, command: cmd.Drain, now: float) -> Reply:
         """Drain: remove the jobs that wait to run; active and finished ones stay."""
         jobs = self._jobs_of(command.queue, QUEUED_STATES)
-        for job in jobs:
-            self.state.remove(job)
-        return {"ok": True, "count": len(jobs)}
+        return {"ok": True, "count": sum(self.state.remove(job) for job in jobs)}
 
     def obliterate(self, session: Any, command: cmd.Obliterate, now: float) -> Reply:
         """Obliterate: every job of the queue, in any state, and its settings, are gone."""
@@ -147,10 +145,8 @@ class AdminHandlers:
             jobs = self._jobs_of(command.queue, (state,))
             old = [job for job in jobs if now - (job.completed_at or now) >= command.grace]
         old.sort(key=lambda job: (job.created_at, job.id))
-        old = old[: command.limit]
-        for job in old:
-            self.state.remove(job)
-        return {"ok": True, "count": len(old), "ids": [job.id for job in old]}
+        removed = [job.id for job in old[: command.limit] if self.state.remove(job)]
+        return {"ok": True, "count": len(removed), "ids": removed}
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -187,27 +183,25 @@ class AdminHandlers:
         failed = self._jobs_of(command.queue, (FAILED,))
         if command.jobId is not None:
             failed = [job for job in failed if job.id == command.jobId]
-        for job in failed:
-            self.state.revive(job, now)
-        return {"ok": True, "count": len(failed)}
+        return {"ok": True, "count": sum(self.state.revive(job, now) for job in failed)}
 
     def purge_dlq(self, session: Any, command: cmd.PurgeDlq, now: float) -> Reply:
         """PurgeDlq: delete the queue's failed jobs."""
         failed = self._jobs_of(command.queue, (FAILED,))
-        for job in failed:
-            self.state.remove(job)
-        return {"ok": True, "count": len(failed)}
+        return {"ok": True, "count": sum(self.state.remove(job) for job in failed)}
 
     def retry_completed(self, session: Any, command: cmd.RetryCompleted, now: float) -> Reply:
         """RetryCompleted: completed jobs run again (result and progress cleared)."""
         done = self._jobs_of(command.queue, (COMPLETED,))
         if command.id is not None:
             done = [job for job in done if job.id == command.id]
+        count = 0
         for job in done:
-            job.result = None
-            job.progress = 0
-            self.state.revive(job, now)
-        return {"ok": True, "count": len(done)}
+            if self.state.revive(job, now):
+                job.result = None
+                job.progress = 0
+                count += 1
+        return {"ok": True, "count": count}
 
     # -- limits and settings -------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
     except ScheduleError as exc:
         raise EngineError(str(exc)) from None
     if first_occurrence(repeat, now) is None:
-        raise EngineError("repeat has no occurrence before its endDate")
+        raise EngineError("repeat has no future occurrence")
 
 
 def first_run(repeat: dict[str, Any], run_at: float) -> float:
@@ -375,12 +375,11 @@ class Engine(
         job = self.state.jobs.get(job_id)
         if job is None or job.state != ACTIVE:
             return False
+        if token is not None and token != job.lock_token:
+            return False  # a stale worker's beat must not keep the job looking alive
         job.last_heartbeat = now
-        if token is None or job.lock_token is None:
-            return token is None or token == job.lock_token
-        if token != job.lock_token:
-            return False
-        self.state.renew_lease(job, now, job.lock_ttl if duration is None else duration)
+        if token is not None:
+            self.state.renew_lease(job, now, job.lock_ttl if duration is None else duration)
         return True
 
     # -- queries -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ future time (`skipMissedOnRestart`, the default) or fires once at once.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -116,6 +117,8 @@ class CronHandlers:
         )  # fmt: skip
         if not (command.immediately and old is None):
             cron.next_run = cron.following(now, now)
+            if math.isinf(cron.next_run):
+                raise EngineError("Cron schedule has no future run")
         self._arm_cron(cron)
         keys = ("name", "queue", "schedule", "repeatEvery", "nextRun", "timezone")
         return {"ok": True, "cron": {key: cron.summary()[key] for key in keys}}
@@ -164,6 +167,10 @@ class CronHandlers:
             self.state.add(job, now)
             cron.executions += 1
         cron.next_run = cron.following(cron.next_run, now)
+        if math.isinf(cron.next_run):  # the schedule is over
+            del self.crons[cron.name]
+            self._cron_changed(cron.name)
+            return
         self._arm_cron(cron)
 
     def restore_crons(self, records: list[Record], now: float) -> None:
@@ -174,6 +181,9 @@ class CronHandlers:
             cron = cron_from_record(record)
             if cron.next_run < now and cron.skip_missed_on_restart:
                 cron.next_run = cron.following(cron.next_run, now)
+            if math.isinf(cron.next_run):
+                self._cron_changed(cron.name)  # over while the broker was down: delete it
+                continue
             self._arm_cron(cron)
 
     def take_cron_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:

@@ -51,28 +51,29 @@ def retry_delay(job: Job) -> float:
 
 class Retention:
     """Finished jobs of one kind (completed or failed), oldest first, kept up to a count and
-    an age. Entries are (finished_at, job); an entry whose job has moved on is stale."""
+    an age. Entries are (finished_at, seq, job); an entry is current while its job is still in
+    this state under the same `retained_seq` (a job retried and finished again gets a new
+    entry, and its old one is stale). `count` is the number of jobs in the state, kept by
+    EngineState as jobs enter and leave it."""
 
     def __init__(self, state: str, limit: int, max_age_ms: float) -> None:
         self.state = state
         self.limit = limit
         self.max_age_ms = max_age_ms
-        self.entries: deque[tuple[float, Job]] = deque()
+        self.entries: deque[tuple[float, int, Job]] = deque()
+        self.count = 0
+        self._seq = 0
 
-    def current(self, entry: tuple[float, Job]) -> bool:
+    def add(self, job: Job, finished_at: float) -> None:
+        """Keep `job`, finished at `finished_at` (call in finishing order)."""
+        self._seq += 1
+        job.retained_seq = self._seq
+        self.entries.append((finished_at, self._seq, job))
+
+    def current(self, entry: tuple[float, int, Job]) -> bool:
         """Whether the entry still describes its job."""
-        finished_at, job = entry
-        return job.state == self.state and job.completed_at == finished_at
-
-    def due(self, now: float) -> list[Job]:
-        """Drop and return the jobs past the count or the age limit."""
-        entries = self.entries
-        expired = []
-        while entries and (len(entries) > self.limit or entries[0][0] + self.max_age_ms <= now):
-            entry = entries.popleft()
-            if self.current(entry):
-                expired.append(entry[1])
-        return expired
+        _, seq, job = entry
+        return job.state == self.state and job.retained_seq == seq
 
     def next_expiry(self) -> float | None:
         """When the oldest entry reaches the age limit (None when empty)."""
@@ -136,13 +137,21 @@ class DeadlineRules:
 
     def _retain(self, retention: Retention, job: Job, now: float) -> None:
         was_empty = not retention.entries
-        retention.entries.append((job.completed_at or now, job))
+        retention.add(job, job.completed_at or now)
         self.expire_retained(retention, now, arm=was_empty)
 
     def expire_retained(self, retention: Retention, now: float, arm: bool = True) -> None:
-        """Forget finished jobs past their count or age; re-arm the age timer."""
-        for job in retention.due(now):
-            self._forget(job)
+        """Forget finished jobs past their count or age (oldest first); re-arm the age timer."""
+        entries = retention.entries
+        while entries:
+            entry = entries[0]
+            if not retention.current(entry):
+                entries.popleft()  # the job moved on (retried, removed): nothing to forget
+                continue
+            if retention.count <= retention.limit and entry[0] + retention.max_age_ms > now:
+                break
+            entries.popleft()
+            self._forget(entry[2])  # leaving the state lowers retention.count
         expiry = retention.next_expiry()
         if arm and expiry is not None:
             self.wheel.schedule(expiry, RETENTION, retention)

@@ -161,6 +161,7 @@ class Job:
     # A flow parent's record of children that failed under continue/ignore policies.
     child_failures: dict[str, str] | None = None
     ignored_failures: dict[str, str] | None = None
+    retained_seq: int = 0  # which retention entry is current (transient)
 
     def to_wire(self) -> dict[str, Any]:
         """The job object as the reference server sends it (keys in its order)."""

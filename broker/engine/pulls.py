@@ -73,17 +73,15 @@ class PullHandlers:
             if entry is None:
                 break
             job = entry[JOB]
+            group = job.group_id
+            if self._group_is_full(queue, group, groups, now, full_groups):
+                passed_over.append(entry)
+                continue
+            # The queue's limits come last: a start passed over for its group spends no token.
             if not self._queue_admits(queue, now):
                 queue.put_back(entry)
                 break
-            group = job.group_id
             if group is not None and groups is not None:
-                if not queue.group_admits(group, groups, now):
-                    if group not in full_groups:
-                        full_groups.add(group)
-                        self._wake_when_group_frees(queue, group, groups)
-                    passed_over.append(entry)
-                    continue
                 queue.record_start(group, groups, now)
             tokens.append(self.state.claim(job, now, command.owner, command.lockTtl, holder))
             jobs.append(job)
@@ -113,6 +111,17 @@ class PullHandlers:
         if wait_until is not None:
             self.state.wheel.schedule(wait_until, GROUP_WAKE, queue)
             return False
+        return True
+
+    def _group_is_full(
+        self, queue: QueueState, group: str | None, groups: Any, now: float, full: set[str]
+    ) -> bool:
+        """Whether the job's group is at a PULL group limit (then the job is passed over)."""
+        if group is None or groups is None or queue.group_admits(group, groups, now):
+            return False
+        if group not in full:
+            full.add(group)
+            self._wake_when_group_frees(queue, group, groups)
         return True
 
     def _wake_when_group_frees(self, queue: QueueState, group: str, options: Any) -> None:

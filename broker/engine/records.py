@@ -23,7 +23,7 @@ from store import JobRow
 from .model import Job
 
 FORMAT = 1
-TRANSIENT = frozenset({"ready_seq", "timer_token", "holder", "activation"})
+TRANSIENT = frozenset({"ready_seq", "timer_token", "holder", "activation", "retained_seq"})
 PERSISTED = tuple(f.name for f in attrs.fields(Job) if f.name not in TRANSIENT)
 
 _persisted_values = operator.attrgetter(*PERSISTED)  # one C call for every field

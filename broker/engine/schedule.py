@@ -13,7 +13,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 
 class ScheduleError(ValueError):
@@ -40,15 +40,19 @@ def check_pattern(pattern: str, tz_name: str | None = None) -> None:
 def next_fire(
     pattern: str, tz_name: str | None, after_ms: float, previous_ms: float | None = None
 ) -> float:
-    """The first time strictly after `after_ms` that `pattern` fires, in epoch ms."""
+    """The first time strictly after `after_ms` that `pattern` fires, in epoch ms; inf when it
+    never fires again (a pattern with a year that has passed)."""
     tz = zone(tz_name)
     start = datetime.fromtimestamp(after_ms / 1000, tz)
-    times = croniter(pattern, start)
-    candidate: datetime = times.get_next(datetime)
-    if previous_ms is not None:
-        fired = datetime.fromtimestamp(previous_ms / 1000, tz).replace(tzinfo=None)
-        while candidate.replace(tzinfo=None) <= fired:  # the autumn hour, again
-            candidate = times.get_next(datetime)
+    try:
+        times = croniter(pattern, start)
+        candidate: datetime = times.get_next(datetime)
+        if previous_ms is not None:
+            fired = datetime.fromtimestamp(previous_ms / 1000, tz).replace(tzinfo=None)
+            while candidate.replace(tzinfo=None) <= fired:  # the autumn hour, again
+                candidate = times.get_next(datetime)
+    except CroniterError:
+        return math.inf
     return candidate.timestamp() * 1000
 
 
@@ -93,4 +97,6 @@ def first_occurrence(repeat: dict[str, Any], from_ms: float) -> float | None:
 
 def _before_end(repeat: dict[str, Any], run_at: float) -> float | None:
     end = repeat.get("endDate")
-    return None if end is not None and run_at > end else run_at
+    if math.isinf(run_at) or (end is not None and run_at > end):
+        return None
+    return run_at

@@ -46,6 +46,7 @@ from .queues import QueueState
 from .timers import TimerWheel
 
 NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
+READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports can change
 
 
 class EngineState(DeadlineRules):
@@ -123,6 +124,10 @@ class EngineState(DeadlineRules):
             self._leave(queue, job)
         job.state = state
         queue.counts[state] += 1
+        if state == COMPLETED:
+            self.completed.count += 1
+        elif state == FAILED:
+            self.failed.count += 1
         if state == DELAYED:
             queue.delayed.add(job)
         group = job.group_id
@@ -137,6 +142,10 @@ class EngineState(DeadlineRules):
         """Undo what the job's current state adds to its queue's tallies."""
         old = job.state
         queue.counts[old] -= 1
+        if old == COMPLETED:
+            self.completed.count -= 1
+        elif old == FAILED:
+            self.failed.count -= 1
         if old == DELAYED:
             queue.delayed.discard(job)
         group = job.group_id
@@ -179,18 +188,19 @@ class EngineState(DeadlineRules):
 
         Restart rules: waiting and prioritized jobs are ready again in their old order;
         delayed jobs keep their run times; waiting-children jobs wait for the dependencies
-        that have not completed (a dependency the broker no longer knows counts as done, so no
-        job waits forever); leased active jobs keep their lease and token, so a worker that
-        reconnects can still settle them, and expire as usual; active jobs bound to a
-        connection (pulled without a lease) go back to waiting without spending an attempt,
-        as on a disconnect; detached active jobs stay active; completed and failed jobs are
-        retained within the caps, the excess deleted.
+        that have not completed (one the broker no longer knows was removed without
+        completing, and still counts as pending, exactly as before the restart); leased
+        active jobs keep their lease and token, so a worker that reconnects can still settle
+        them, and expire as usual; active jobs bound to a connection (pulled without a lease)
+        go back to waiting without spending an attempt, as on a disconnect; detached active
+        jobs stay active; completed and failed jobs are retained within the caps, the excess
+        deleted. Whatever this changes is written back to the store.
         """
         loaded.sort(key=lambda item: (item[0].created_at, item[0].id))
         for job, _ in loaded:
             self.jobs[job.id] = job
         finished: list[Job] = []
-        requeued: list[Job] = []
+        stored_states = {job.id: job.state for job, _ in loaded}
         for job, held in loaded:
             stored, job.state = job.state, ""
             if stored in (COMPLETED, FAILED):
@@ -200,7 +210,7 @@ class EngineState(DeadlineRules):
             self._take_keys(job, job.created_at)
             self._arm_ttl(job)
             if stored == WAITING_CHILDREN:
-                self._wait_for_dependencies(job, now, restoring=True)
+                self._wait_for_dependencies(job, now)
             elif stored != ACTIVE:
                 self.schedule(job, now)
             elif job.lock_token is not None:
@@ -211,30 +221,38 @@ class EngineState(DeadlineRules):
             elif held:
                 job.started_at = None
                 self.make_ready(job)
-                requeued.append(job)
             else:
                 job.last_heartbeat = max(job.last_heartbeat, now)
                 self._enter(job, ACTIVE)
                 self._arm_timeout(job, job.started_at or now)
         self.tracking = True
-        for job in requeued:
-            self.changed[job.id] = job
+        self._store_restart_changes(stored_states)
         finished.sort(key=lambda job: job.completed_at or 0)
         for job in finished:
             retention = self.completed if job.state == COMPLETED else self.failed
-            retention.entries.append((job.completed_at or 0, job))
+            retention.add(job, job.completed_at or 0)
         self.expire_retained(self.completed, now)
         self.expire_retained(self.failed, now)
 
-    def _wait_for_dependencies(self, job: Job, now: float, restoring: bool = False) -> None:
+    def _store_restart_changes(self, stored_states: dict[str, str]) -> None:
+        """What the restart itself changed (a job requeued, one whose ttl ran out while the
+        broker was down, one that went away) is written back, so the store agrees."""
+        for job_id, stored in stored_states.items():
+            job = self.jobs.get(job_id)
+            if job is None:
+                self.deleted.add(job_id)
+            elif job.state != stored and not (stored in READY and job.state in READY):
+                self.changed[job_id] = job
+
+    def _wait_for_dependencies(self, job: Job, now: float) -> None:
         pending = 0
         for dep_id in job.depends_on:
             dep = self.jobs.get(dep_id)
-            if dep is None and restoring:
-                continue
             if dep is None or dep.state != COMPLETED:
                 pending += 1
-                self.dependents.setdefault(dep_id, []).append(job.id)
+                waiting = self.dependents.setdefault(dep_id, [])
+                if job.id not in waiting:
+                    waiting.append(job.id)
         job.pending_deps = pending
         if pending:
             self._enter(job, WAITING_CHILDREN)
@@ -321,8 +339,11 @@ class EngineState(DeadlineRules):
         job.timer_token += 1  # a pending promotion timer no longer applies
         self.schedule(job, now)
 
-    def revive(self, job: Job, now: float) -> None:
-        """A failed job goes back to waiting with a fresh budget (retry from the DLQ)."""
+    def revive(self, job: Job, now: float) -> bool:
+        """A finished job goes back to waiting with a fresh budget (retry from the DLQ);
+        False when the job is gone meanwhile (a batch operation may have forgotten it)."""
+        if self.jobs.get(job.id) is not job:
+            return False
         job.attempts = 0
         job.stall_count = 0
         job.completed_at = None
@@ -333,14 +354,18 @@ class EngineState(DeadlineRules):
             key = (UNIQUE, job.queue, job.unique_key)
             if self.keys.owner(key, now) is None:
                 self._take_key(key, job.id, math.inf)
-        self.make_ready(job)
+        self._wait_for_dependencies(job, now)  # a dependency may still be unfinished
+        return True
 
-    def remove(self, job: Job) -> None:
-        """Forget a job that has not finished (Cancel)."""
+    def remove(self, job: Job) -> bool:
+        """Forget a job (Cancel, Drain, Clean...); False when it is gone already."""
+        if self.jobs.get(job.id) is not job:
+            return False
         self._end_activity(job)
         self._release_unique(job)
         self._forget(job)
         self.emit("removed", job)
+        return True
 
     def _end_activity(self, job: Job) -> None:
         job.lock_token = None
@@ -419,8 +444,16 @@ class EngineState(DeadlineRules):
             parent.child_failures = {**(parent.child_failures or {}), key: reason}
             self.schedule(parent, now)
         elif child.remove_dependency_on_failure or child.ignore_dependency_on_failure:
+            if child.id not in parent.depends_on:
+                return  # attached (UpdateParent) without being waited for
             if child.ignore_dependency_on_failure:
                 parent.ignored_failures = {**(parent.ignored_failures or {}), key: reason}
+            # The edge goes for good (stored), so neither a restart nor the child's retry and
+            # completion later counts it again.
+            parent.depends_on = [dep for dep in parent.depends_on if dep != child.id]
+            waiting = self.dependents.get(child.id)
+            if waiting and parent.id in waiting:
+                waiting.remove(parent.id)
             self.touch(parent)
             parent.pending_deps -= 1
             if parent.pending_deps <= 0:

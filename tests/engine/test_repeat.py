@@ -61,4 +61,4 @@ async def test_bad_patterns_are_refused(client: FrameClient) -> None:
     reply = await client.call(
         "PUSH", queue="q", data={}, repeat={"every": 1000, "endDate": 1000, "immediately": True}
     )
-    assert reply["error"] == "repeat has no occurrence before its endDate"
+    assert reply["error"] == "repeat has no future occurrence"
