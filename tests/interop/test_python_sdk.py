@@ -19,6 +19,8 @@ GetResult / GetJob from the producer side.
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -27,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import msgspec
 import pytest
 from bunqueue import Job, Queue, Worker
 
@@ -96,6 +99,22 @@ class _Recorder:
             self.changed.wait(min(remaining, 0.5))
 
 
+def _wait_for_heartbeat(address: tuple[str, int], job_id: str) -> None:
+    """Block until the broker has a heartbeat for the active job later than its start."""
+    deadline = time.monotonic() + DEADLINE_S
+    with socket.create_connection(address, timeout=DEADLINE_S) as conn:
+        while time.monotonic() < deadline:
+            body = msgspec.msgpack.encode({"cmd": "GetJob", "id": job_id})
+            conn.sendall(struct.pack(">I", len(body)) + body)
+            size = struct.unpack(">I", conn.recv(4, socket.MSG_WAITALL))[0]
+            job = msgspec.msgpack.decode(conn.recv(size, socket.MSG_WAITALL))["job"]
+            if job["lastHeartbeat"] > job["startedAt"]:
+                return
+            # Poll the broker; the heartbeat thread beats every HEARTBEAT_S.
+            threading.Event().wait(HEARTBEAT_S / 4)
+    pytest.fail(f"no heartbeat reached the broker for {job_id} within {DEADLINE_S}s")
+
+
 @contextmanager
 def _queue(address: tuple[str, int], name: str) -> Iterator[Queue]:
     host, port = address
@@ -144,8 +163,8 @@ def test_add_then_worker_processes_it(broker_address: tuple[str, int]) -> None:
 
     def process(job: Job) -> dict[str, Any]:
         seen.append((job.id, job.data))
-        # Stay active across a couple of heartbeat periods so JobHeartbeatB runs with a live lease.
-        time.sleep(3 * HEARTBEAT_S)
+        # Stay active until the worker's JobHeartbeatB has reached the broker with a live lease.
+        _wait_for_heartbeat(broker_address, job.id)
         return {"doubled": job.data["n"] * 2}
 
     with _queue(broker_address, name) as queue:
