@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 from typing import NamedTuple, Protocol
 
 
@@ -40,12 +40,12 @@ class Store(Protocol):
 
     def commit(
         self,
-        upserts: Iterable[JobRow],
-        deletes: Iterable[str],
+        upserts: Collection[JobRow],
+        deletes: Collection[str],
         *,
         sync: bool,
-        records: Iterable[Record] = (),
-        record_deletes: Iterable[tuple[str, str]] = (),
+        records: Collection[Record] = (),
+        record_deletes: Collection[tuple[str, str]] = (),
     ) -> None:
         """Write and delete jobs and records in one transaction (all or nothing).
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 
 from .base import JobRow, Record
 
@@ -26,12 +26,12 @@ class MemoryStore:
 
     def commit(
         self,
-        upserts: Iterable[JobRow],
-        deletes: Iterable[str],
+        upserts: Collection[JobRow],
+        deletes: Collection[str],
         *,
         sync: bool,
-        records: Iterable[Record] = (),
-        record_deletes: Iterable[tuple[str, str]] = (),
+        records: Collection[Record] = (),
+        record_deletes: Collection[tuple[str, str]] = (),
     ) -> None:
         """Apply upserts then deletes (everything is read first, so a failure changes nothing)."""
         upserts, deletes = list(upserts), list(deletes)

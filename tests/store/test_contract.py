@@ -42,12 +42,13 @@ def test_deleting_an_unknown_id_is_not_an_error(store: Store) -> None:
 def test_a_failed_commit_writes_nothing(store: Store) -> None:
     store.commit([row("a")], [], sync=False)
 
-    def rows_then_failure() -> Iterator[JobRow]:
-        yield row("b")
-        raise RuntimeError("encoder broke mid-batch")
+    class RowsThenFailure(list[JobRow]):
+        def __iter__(self) -> Iterator[JobRow]:
+            yield row("b")
+            raise RuntimeError("encoder broke mid-batch")
 
     with pytest.raises(RuntimeError):
-        store.commit(rows_then_failure(), ["a"], sync=False)
+        store.commit(RowsThenFailure([row("b"), row("c")]), ["a"], sync=False)
     assert store.load() == [row("a")]
 
 
