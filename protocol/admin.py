@@ -195,13 +195,21 @@ class GetStallConfig(QueueQuery, tag="GetStallConfig"):
 
 
 class SetDlqConfig(QueueQuery, tag="SetDlqConfig"):
-    """Merge dead-letter settings into the queue's."""
+    """Merge dead-letter settings into the queue's; `maxAge: null` lifts the queue's age cap."""
 
     config: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.config = config_of(self.config, DLQ_KEYS)
+        given = self.config
+        no_age_cap = isinstance(given, dict) and "maxAge" in given and given["maxAge"] is None
+        if no_age_cap:
+            given = {key: value for key, value in given.items() if key != "maxAge"}
+        self.config = config_of(given, DLQ_KEYS)
+        if no_age_cap:
+            self.config["maxAge"] = None
+        if self.config.get("maxEntries") == 0:
+            raise CommandError("config.maxEntries must be at least 1")
 
 
 class GetDlqConfig(QueueQuery, tag="GetDlqConfig"):

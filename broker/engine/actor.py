@@ -82,7 +82,7 @@ class EngineActor:
             engine.state.restore([job_from_row(row) for row in store.load()], now)
             records = store.load_records()
             engine.restore_crons(records, now)
-            engine.restore_settings(records)
+            engine.restore_settings(records, now)
             engine.restore_webhooks(records)
             self._commit_to(store)  # what the restart itself changed (requeued, expired)
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)

@@ -24,8 +24,6 @@ QUEUE = "queue"
 # stallInterval 0: no stall detection unless set here or by a job's own stallTimeout (a job on
 # a long lease, silent, is not a stalled job). gracePeriod is kept for the reply's shape.
 DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 0, "maxStalls": 3, "gracePeriod": 0}
-DEFAULT_DLQ_CONFIG = {"autoRetry": False, "autoRetryInterval": 3_600_000, "maxAutoRetries": 3,
-                      "maxAge": 604_800_000, "maxEntries": 10_000}  # fmt: skip
 CLEAN_QUEUED = ("waiting", "wait", "delayed", "prioritized", "paused")
 Reply = dict[str, Any]
 
@@ -252,17 +250,18 @@ class AdminHandlers:
         return {"ok": True, "config": config}
 
     def set_dlq_config(self, session: Any, command: cmd.SetDlqConfig, now: float) -> Reply:
-        """SetDlqConfig: merged into the queue's (stored and reported)."""
+        """SetDlqConfig: merged into the queue's, stored, and applied at once to the jobs
+        already in its DLQ (caps and auto retries, see dlq.py)."""
         queue = self.state.queue(command.queue)
         queue.dlq_config = {**queue.dlq_config, **command.config}
         self._settings_changed(queue)
+        self.state.apply_dlq_config(queue, now)
         return {"ok": True}
 
     def get_dlq_config(self, session: Any, command: Any, now: float) -> Reply:
-        """GetDlqConfig."""
-        queue = self.state.queues.get(command.queue)
-        config = {**DEFAULT_DLQ_CONFIG, **(queue.dlq_config if queue else {})}
-        return {"ok": True, "config": config}
+        """GetDlqConfig: the settings as they apply (broker-wide caps where the queue set none)."""
+        queue = self.state.queues.get(command.queue) or QueueState(command.queue)
+        return {"ok": True, "config": self.state.dlq_config(queue)}
 
     # -- statistics ----------------------------------------------------------------------------
 
@@ -304,8 +303,8 @@ class AdminHandlers:
         """StorageStatus: a broker whose store fails stops, so a running one is healthy."""
         return {"ok": True, "data": {"diskFull": False, "error": None, "since": None}}
 
-    def restore_settings(self, records: list[Record]) -> None:
-        """Load stored queue settings."""
+    def restore_settings(self, records: list[Record], now: float) -> None:
+        """Load stored queue settings (after the jobs: DLQ settings apply to failed jobs)."""
         for record in records:
             if record.kind != QUEUE:
                 continue
@@ -317,6 +316,8 @@ class AdminHandlers:
             queue.stall_config = body.get("stallConfig") or {}
             queue.dlq_config = body.get("dlqConfig") or {}
             queue.tokens = float(queue.rate_limit or 0)
+            if queue.dlq_config:
+                self.state.apply_dlq_config(queue, now)
 
     def take_settings_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Queue settings to write or delete since the last commit."""

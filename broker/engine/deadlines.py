@@ -8,6 +8,8 @@ token, and a timer whose token no longer matches its job is stale and ignored (l
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,7 @@ TTL = "ttl"
 STALL = "stall"
 KEY_EXPIRY = "key-expiry"
 GROUP_WAKE = "group-wake"
+DLQ_RETRY = "dlq-retry"
 TIMEOUT_REASON = "Job timeout exceeded"
 TTL_REASON = "Job expired (ttl)"
 
@@ -49,26 +52,34 @@ def retry_delay(job: Job) -> float:
     return min(job.backoff * (2**exponent), cap)
 
 
+_finishes = itertools.count(1)
+
+
+def mark_finished(job: Job) -> None:
+    """Give a job that just finished (completed or failed) a new finish number: the entries of
+    its earlier finishes, in every Retention, stop being current."""
+    job.retained_seq = next(_finishes)
+
+
 class Retention:
     """Finished jobs of one kind (completed or failed), oldest first, kept up to a count and
     an age. Entries are (finished_at, seq, job); an entry is current while its job is still in
-    this state under the same `retained_seq` (a job retried and finished again gets a new
-    entry, and its old one is stale). `count` is the number of jobs in the state, kept by
-    EngineState as jobs enter and leave it."""
+    this state under the same finish number (`retained_seq`, see `mark_finished`): a job
+    retried and finished again gets a new entry, and its old one is stale. One job may be in
+    several Retentions (the broker-wide one and its queue's dead-letter caps). `count` is the
+    number of jobs in the state, kept by EngineState as jobs enter and leave it."""
 
-    def __init__(self, state: str, limit: int, max_age_ms: float) -> None:
+    def __init__(self, state: str, limit: float, max_age_ms: float) -> None:
         self.state = state
         self.limit = limit
         self.max_age_ms = max_age_ms
         self.entries: deque[tuple[float, int, Job]] = deque()
         self.count = 0
-        self._seq = 0
 
     def add(self, job: Job, finished_at: float) -> None:
-        """Keep `job`, finished at `finished_at` (call in finishing order)."""
-        self._seq += 1
-        job.retained_seq = self._seq
-        self.entries.append((finished_at, self._seq, job))
+        """Keep `job`, finished at `finished_at` (call in finishing order, after
+        `mark_finished`)."""
+        self.entries.append((finished_at, job.retained_seq, job))
 
     def current(self, entry: tuple[float, int, Job]) -> bool:
         """Whether the entry still describes its job."""
@@ -76,8 +87,10 @@ class Retention:
         return job.state == self.state and job.retained_seq == seq
 
     def next_expiry(self) -> float | None:
-        """When the oldest entry reaches the age limit (None when empty)."""
-        return self.entries[0][0] + self.max_age_ms if self.entries else None
+        """When the oldest entry reaches the age limit (None when empty or ageless)."""
+        if not self.entries or self.max_age_ms == math.inf:
+            return None
+        return self.entries[0][0] + self.max_age_ms
 
 
 class DeadlineRules:
@@ -98,6 +111,7 @@ class DeadlineRules:
         def make_ready(self, job: Job) -> None: ...
         def emit(self, kind: str, job: Job, **extra: Any) -> None: ...
         def _forget(self, job: Job) -> None: ...
+        def auto_retry(self, job: Job, finish: int, now: float) -> None: ...
 
     def _arm_ttl(self, job: Job) -> None:
         if job.ttl:  # 0 means none, as for `timeout`
@@ -136,6 +150,8 @@ class DeadlineRules:
         self._count_stall(job, now, "Job stalled")
 
     def _retain(self, retention: Retention, job: Job, now: float) -> None:
+        """Keep a job that has just finished (after `mark_finished`) in `retention`, forgetting
+        what that pushes over its caps."""
         was_empty = not retention.entries
         retention.add(job, job.completed_at or now)
         self.expire_retained(retention, now, arm=was_empty)
@@ -174,6 +190,8 @@ class DeadlineRules:
             return job.state == ACTIVE and job.activation == timer.token
         if timer.kind == TTL:
             return job.id in self.jobs and job.state not in (COMPLETED, FAILED)
+        if timer.kind == DLQ_RETRY:
+            return job.state == FAILED and job.retained_seq == timer.token
         return True  # polls, WaitJob and retention decide when they fire
 
     def fire_timers(self, now: float) -> list[tuple[str, Any, Any]]:
@@ -193,6 +211,8 @@ class DeadlineRules:
                     self._lease_expired(job, now)
             elif timer.kind == RETENTION:
                 self.expire_retained(timer.target, now)
+            elif timer.kind == DLQ_RETRY:
+                self.auto_retry(job, timer.token, now)
             elif timer.kind == TIMEOUT:
                 if job.state == ACTIVE and job.activation == timer.token:
                     self.time_out(job, now)

@@ -162,6 +162,7 @@ class Job:
     child_failures: dict[str, str] | None = None
     ignored_failures: dict[str, str] | None = None
     retained_seq: int = 0  # which retention entry is current (transient)
+    dlq_retries: int = 0  # auto retries out of the dead-letter queue so far (dlq.py)
 
     def to_wire(self) -> dict[str, Any]:
         """The job object as the reference server sends it (keys in its order)."""

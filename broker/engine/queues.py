@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .model import COUNTED_STATES, READY_STATES, Job
+
+if TYPE_CHECKING:
+    from .deadlines import Retention
 
 # Entry layout: (-priority, group priority, lifo first, run time or -seq, seq, job).
 SEQ = 4
@@ -63,6 +66,8 @@ class QueueState:
     concurrency: int | None = None
     stall_config: dict[str, Any] = attrs.Factory(dict)
     dlq_config: dict[str, Any] = attrs.Factory(dict)
+    # The queue's own caps on its failed jobs, once SetDlqConfig gave any (dlq.py).
+    dead_letters: Retention | None = None
     tokens: float = 0.0
     tokens_at: float = 0.0
 

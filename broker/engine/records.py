@@ -27,7 +27,6 @@ TRANSIENT = frozenset({"ready_seq", "timer_token", "holder", "activation", "reta
 PERSISTED = tuple(f.name for f in attrs.fields(Job) if f.name not in TRANSIENT)
 
 
-
 def _body_builder() -> Callable[[Job], tuple[Any, ...]]:
     """A function returning a job's stored body as a tuple, compiled once from `PERSISTED`.
 

@@ -28,8 +28,10 @@ from .deadlines import (
     TTL_REASON,
     DeadlineRules,
     Retention,
+    mark_finished,
     retry_delay,
 )
+from .dlq import DeadLetterRules
 from .keys import DEBOUNCE, UNIQUE, KeyRegistry
 from .model import (
     ACTIVE,
@@ -49,7 +51,7 @@ NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
 READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports can change
 
 
-class EngineState(DeadlineRules):
+class EngineState(DeadlineRules, DeadLetterRules):
     """All job state plus the timer wheel; pure (callers pass `now`)."""
 
     def __init__(
@@ -128,6 +130,8 @@ class EngineState(DeadlineRules):
             self.completed.count += 1
         elif state == FAILED:
             self.failed.count += 1
+            if queue.dead_letters is not None:
+                queue.dead_letters.count += 1
         if state == DELAYED:
             queue.delayed.add(job)
         group = job.group_id
@@ -146,6 +150,8 @@ class EngineState(DeadlineRules):
             self.completed.count -= 1
         elif old == FAILED:
             self.failed.count -= 1
+            if queue.dead_letters is not None:
+                queue.dead_letters.count -= 1
         if old == DELAYED:
             queue.delayed.discard(job)
         group = job.group_id
@@ -230,6 +236,7 @@ class EngineState(DeadlineRules):
         finished.sort(key=lambda job: job.completed_at or 0)
         for job in finished:
             retention = self.completed if job.state == COMPLETED else self.failed
+            mark_finished(job)
             retention.add(job, job.completed_at or 0)
         self.expire_retained(self.completed, now)
         self.expire_retained(self.failed, now)
@@ -394,6 +401,7 @@ class EngineState(DeadlineRules):
             job.progress = 100
             self._enter(job, COMPLETED)
             self.finished.append(job)
+            mark_finished(job)
             self._retain(self.completed, job, now)
         self.totals["completed"] += 1
         if self.on_complete is not None and job.started_at is not None:
@@ -423,7 +431,9 @@ class EngineState(DeadlineRules):
         job.completed_at = now
         self._enter(job, FAILED)
         self.finished.append(job)
+        mark_finished(job)
         self._retain(self.failed, job, now)
+        self.enter_dead_letters(self.queue(job.queue), job, now)
         self.child_failed(job, reason, now)
 
     def child_failed(self, child: Job, reason: str, now: float) -> None:

@@ -1,0 +1,115 @@
+"""Dead-letter rules: each queue's DlqConfig applied to its failed jobs (a mixin of EngineState).
+
+A job that failed for good is in its queue's dead-letter queue (DLQ). SetDlqConfig gives a
+queue, on top of the broker-wide `--keep-failed` caps (the stricter cap wins):
+
+* `maxEntries` and `maxAge`: the queue keeps at most that many failed jobs, none older than
+  that (ms since it failed; `null` for no age cap); the oldest go first, as with retention;
+* `autoRetry`, `autoRetryInterval`, `maxAutoRetries`: a failed job goes back to waiting by itself,
+  with a fresh attempt budget, `autoRetryInterval` ms after it failed; after its next failure
+  twice that, then four times, and so on, `maxAutoRetries` times over the job's life.
+
+A new setting applies at once to the jobs already in the DLQ. Timers carry the job's finish
+number, so a job that was retried meanwhile (by hand or by an auto retry) ignores them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from .deadlines import DLQ_RETRY, Retention
+from .model import FAILED, Job
+
+if TYPE_CHECKING:
+    from .queues import QueueState
+    from .timers import TimerWheel
+
+AUTO_RETRY_DEFAULTS = {"autoRetry": False, "autoRetryInterval": 3_600_000, "maxAutoRetries": 3}
+CAP_KEYS = ("maxEntries", "maxAge")
+MAX_DOUBLINGS = 64  # 2**64 intervals is forever; more would overflow a float
+
+
+def auto_retry_due(config: dict[str, Any], job: Job) -> float | None:
+    """When a failed job's next auto retry is due under `config`; None if it has none left."""
+    settings = {**AUTO_RETRY_DEFAULTS, **config}
+    if not settings["autoRetry"] or job.dlq_retries >= settings["maxAutoRetries"]:
+        return None
+    doublings = min(job.dlq_retries, MAX_DOUBLINGS)
+    return (job.completed_at or 0) + settings["autoRetryInterval"] * 2**doublings
+
+
+class DeadLetterRules:
+    """Per-queue DLQ caps and auto retries, mixed into EngineState."""
+
+    if TYPE_CHECKING:  # what EngineState provides
+        wheel: TimerWheel
+        failed: Retention
+
+        def queue(self, name: str) -> QueueState: ...
+        def revive(self, job: Job, now: float) -> bool: ...
+        def _retain(self, retention: Retention, job: Job, now: float) -> None: ...
+        def expire_retained(self, retention: Retention, now: float, arm: bool = True) -> None: ...
+
+    def dlq_config(self, queue: QueueState) -> dict[str, Any]:
+        """The queue's DLQ settings as they apply: its own, else the defaults, with the
+        broker-wide caps standing in for caps the queue did not set."""
+        config = {**AUTO_RETRY_DEFAULTS, **queue.dlq_config}
+        config.setdefault("maxAge", self.failed.max_age_ms)
+        config.setdefault("maxEntries", self.failed.limit)
+        return config
+
+    def enter_dead_letters(self, queue: QueueState, job: Job, now: float) -> None:
+        """A job of `queue` has just failed for good (after `mark_finished`): apply the queue's
+        caps and arm its auto retry."""
+        if queue.dead_letters is not None:
+            self._retain(queue.dead_letters, job, now)
+        self._arm_auto_retry(queue, job)
+
+    def _arm_auto_retry(self, queue: QueueState, job: Job) -> None:
+        due = auto_retry_due(queue.dlq_config, job)
+        if due is not None:
+            self.wheel.schedule(due, DLQ_RETRY, job, job.retained_seq)
+
+    def auto_retry(self, job: Job, finish: int, now: float) -> None:
+        """A DLQ_RETRY timer fired: retry the job if it still sits in the DLQ from the same
+        failure and its retry is due under the queue's current settings."""
+        if job.state != FAILED or job.retained_seq != finish:
+            return
+        due = auto_retry_due(self.queue(job.queue).dlq_config, job)
+        if due is None or due > now:  # switched off, or moved later by a new setting
+            return
+        if self.revive(job, now):
+            job.dlq_retries += 1
+
+    def apply_dlq_config(self, queue: QueueState, now: float) -> None:
+        """After SetDlqConfig or a restart: the queue's caps and auto retries apply to the jobs
+        already in its DLQ."""
+        config = queue.dlq_config
+        failed = [job for job in self._current_failed() if job.queue == queue.name]
+        if any(key in config for key in CAP_KEYS):
+            self._rebuild_caps(queue, failed, config)
+            self.expire_retained(queue.dead_letters, now)  # type: ignore[arg-type]
+        for job in failed:
+            if job.state == FAILED:  # not dropped by the caps just now
+                self._arm_auto_retry(queue, job)
+
+    def _current_failed(self) -> list[Job]:
+        """Every job in a DLQ, oldest failure first (the broker-wide retention holds them all)."""
+        retention = self.failed
+        return [entry[2] for entry in retention.entries if retention.current(entry)]
+
+    def _rebuild_caps(self, queue: QueueState, failed: list[Job], config: dict[str, Any]) -> None:
+        """Set the queue's caps from `config`, its entries from its failed jobs. The Retention
+        object is kept, so its pending age timers act on the new caps."""
+        max_age = config.get("maxAge")
+        limit = config.get("maxEntries", math.inf)
+        caps = queue.dead_letters
+        if caps is None:
+            caps = queue.dead_letters = Retention(FAILED, limit, math.inf)
+        caps.limit = limit
+        caps.max_age_ms = math.inf if max_age is None else max_age
+        caps.entries.clear()
+        for job in failed:
+            caps.add(job, job.completed_at or 0)
+        caps.count = queue.counts[FAILED]

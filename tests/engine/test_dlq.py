@@ -1,0 +1,156 @@
+"""Per-queue dead-letter settings (SetDlqConfig): caps on failed jobs and auto retries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from tests.engine.test_push_pull import push, state_of
+from tests.engine.test_restart import Broker
+from tests.support.client import FrameClient
+
+
+async def fail_for_good(client: FrameClient, queue: str = "q", job_id: str | None = None) -> str:
+    """Push a one-attempt job (unless `job_id` is queued already), pull it and fail it."""
+    if job_id is None:
+        job_id = await push(client, queue, maxAttempts=1)
+    pulled = (await client.call("PULL", queue=queue))["job"]
+    assert pulled["id"] == job_id
+    assert (await client.call("FAIL", id=job_id, error="boom"))["ok"] is True
+    assert await state_of(client, job_id) == "failed"
+    return job_id
+
+
+async def dlq_ids(client: FrameClient, queue: str = "q") -> list[str]:
+    return [job["id"] for job in (await client.call("Dlq", queue=queue))["jobs"]]
+
+
+async def test_defaults_are_reported_and_nothing_is_retried(client: FrameClient, autojump_clock):
+    config = (await client.call("GetDlqConfig", queue="q"))["config"]
+    assert config == {
+        "autoRetry": False, "autoRetryInterval": 3_600_000, "maxAutoRetries": 3,
+        "maxAge": 604_800_000, "maxEntries": 10_000,
+    }  # fmt: skip
+    job_id = await fail_for_good(client)
+    await trio.sleep(86_400)
+    assert await state_of(client, job_id) == "failed"
+
+
+async def test_auto_retry_waits_longer_each_time_and_stops_at_the_limit(
+    client: FrameClient, autojump_clock
+) -> None:
+    config = {"autoRetry": True, "autoRetryInterval": 1000, "maxAutoRetries": 2}
+    await client.call("SetDlqConfig", queue="q", config=config)
+    job_id = await fail_for_good(client)
+    await trio.sleep(0.999)
+    assert await state_of(client, job_id) == "failed"
+    await trio.sleep(0.002)
+    assert await state_of(client, job_id) == "waiting"
+    assert (await client.call("GetJob", id=job_id))["job"]["attempts"] == 0
+
+    await fail_for_good(client, job_id=job_id)
+    await trio.sleep(1.5)  # the second retry waits twice the interval
+    assert await state_of(client, job_id) == "failed"
+    await trio.sleep(0.6)
+    assert await state_of(client, job_id) == "waiting"
+
+    await fail_for_good(client, job_id=job_id)
+    await trio.sleep(3600)
+    assert await state_of(client, job_id) == "failed"
+    assert await dlq_ids(client) == [job_id]
+
+
+async def test_new_settings_apply_to_jobs_already_failed(client: FrameClient, autojump_clock):
+    first = await fail_for_good(client)
+    await trio.sleep(10)
+    retry_after_a_second = {"autoRetry": True, "autoRetryInterval": 1000}
+    await client.call("SetDlqConfig", queue="q", config=retry_after_a_second)
+    await trio.sleep(0.001)  # it failed ten seconds ago: due at once
+    assert await state_of(client, first) == "waiting"
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == first
+    await client.call("ACK", id=first)
+
+    second = await fail_for_good(client)
+    await client.call("SetDlqConfig", queue="q", config={"autoRetryInterval": 60_000})
+    await trio.sleep(2)
+    assert await state_of(client, second) == "failed"  # moved later by the new interval
+    await client.call("SetDlqConfig", queue="q", config={"autoRetry": False})
+    await trio.sleep(3600)
+    assert await state_of(client, second) == "failed"
+
+
+async def test_a_retry_by_hand_is_not_retried_again_by_its_old_timer(
+    client: FrameClient, autojump_clock
+) -> None:
+    retry_after_five_seconds = {"autoRetry": True, "autoRetryInterval": 5000}
+    await client.call("SetDlqConfig", queue="q", config=retry_after_five_seconds)
+    job_id = await fail_for_good(client)
+    assert (await client.call("RetryDlq", queue="q", jobId=job_id))["count"] == 1
+    pulled = (await client.call("PULL", queue="q"))["job"]
+    assert pulled["id"] == job_id
+    await trio.sleep(6)  # the first failure's retry time passes while the job is active
+    assert await state_of(client, job_id) == "active"
+
+
+async def test_max_entries_drops_the_oldest_failures_of_that_queue_only(
+    client: FrameClient, autojump_clock
+) -> None:
+    old, middle, new = [await fail_for_good(client) for _ in range(3)]
+    other = await fail_for_good(client, "other")
+    await client.call("SetDlqConfig", queue="q", config={"maxEntries": 2})
+    assert await dlq_ids(client) == [middle, new]
+    assert await state_of(client, old) == "unknown"
+    newest = await fail_for_good(client)
+    assert await dlq_ids(client) == [new, newest]
+    assert await dlq_ids(client, "other") == [other]
+
+
+async def test_max_age_purges_old_failures_and_null_lifts_it(client: FrameClient, autojump_clock):
+    await client.call("SetDlqConfig", queue="q", config={"maxAge": 5000})
+    job_id = await fail_for_good(client)
+    await trio.sleep(4.9)
+    assert await state_of(client, job_id) == "failed"
+    await trio.sleep(0.2)
+    assert await state_of(client, job_id) == "unknown"
+
+    await client.call("SetDlqConfig", queue="q", config={"maxAge": None})
+    kept = await fail_for_good(client)
+    await trio.sleep(3600)
+    assert await state_of(client, kept) == "failed"
+    assert (await client.call("GetDlqConfig", queue="q"))["config"]["maxAge"] is None
+
+
+async def test_bad_settings_are_refused_and_change_nothing(client: FrameClient) -> None:
+    await client.call("SetDlqConfig", queue="q", config={"maxEntries": 7})
+    for config, error in (
+        ({"maxEntries": 0}, "config.maxEntries must be at least 1"),
+        ({"maxAge": -1}, "config.maxAge"),
+        ({"autoRetry": "yes"}, "config.autoRetry must be a boolean"),
+        ({"retries": 1}, "unknown config key: retries"),
+        ([], "config must be an object"),
+    ):
+        reply = await client.call("SetDlqConfig", queue="q", config=config)
+        assert reply["ok"] is False and error in reply["error"], (config, reply)
+    config = (await client.call("GetDlqConfig", queue="q"))["config"]
+    assert (config["maxEntries"], config["maxAge"]) == (7, 604_800_000)
+
+
+async def test_auto_retries_and_caps_survive_a_restart(tmp_path: Path, autojump_clock) -> None:
+    broker = Broker(tmp_path)
+    settings = {"autoRetry": True, "autoRetryInterval": 60_000, "maxAutoRetries": 1}
+    async with broker.running() as connect:
+        client = await connect()
+        await client.call("SetDlqConfig", queue="q", config={**settings, "maxEntries": 1})
+        job_id = await fail_for_good(client)
+    async with broker.running() as connect:
+        client = await connect()
+        await trio.sleep(60)
+        assert await state_of(client, job_id) == "waiting"
+        await fail_for_good(client, job_id=job_id)
+    async with broker.running() as connect:
+        client = await connect()
+        await trio.sleep(3600)  # its one auto retry is spent, and that was stored
+        assert await state_of(client, job_id) == "failed"
+        newer = await fail_for_good(client)
+        assert await dlq_ids(client) == [newer]  # maxEntries 1 still holds
