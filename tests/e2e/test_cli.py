@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.e2e.conftest import BrokerFactory, FrameSocket
+
 
 def serve(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "broker", "serve", "--port", "0", "--http-port", "0", *args]
@@ -39,3 +41,19 @@ def test_a_database_from_a_newer_trioq_is_refused(tmp_path: Path) -> None:
     result = serve("--data-dir", str(tmp_path))
     assert result.returncode == 2
     assert "written by a newer trioq (schema 999" in result.stderr
+
+
+def test_a_second_broker_on_the_same_data_dir_is_refused(
+    tmp_path: Path, broker_factory: BrokerFactory
+) -> None:
+    first = broker_factory(data_dir=tmp_path)
+    with FrameSocket(first.address) as client:
+        job_id = client.call("PUSH", queue="q", data={"n": 1})["id"]
+    result = serve("--data-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"trioq: error: {tmp_path / 'trioq.db'} is in use by another process "
+        "(one trioq per --data-dir)"
+    )
+    with FrameSocket(first.address) as client:  # the first goes on, its jobs untouched
+        assert client.call("GetState", id=job_id)["state"] == "waiting"

@@ -62,6 +62,23 @@ def test_sqlite_rows_survive_reopening(tmp_path: Path) -> None:
     second.close()
 
 
+def test_a_second_broker_on_the_same_file_is_refused_until_the_first_closes(
+    tmp_path: Path,
+) -> None:
+    from store.sqlite import SqliteStore
+
+    path = str(tmp_path / "t.db")
+    first = open_sqlite(path)
+    first.commit([row("a")], [], sync=False)
+    with pytest.raises(StoreError, match="in use by another process"):
+        SqliteStore(path, busy_timeout_ms=50)
+    first.commit([row("b")], [], sync=False)  # the refused opener changed nothing
+    first.close()
+    second = SqliteStore(path, busy_timeout_ms=50)
+    assert sorted(r.id for r in second.load()) == ["a", "b"]
+    second.close()
+
+
 def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
     import apsw
 
