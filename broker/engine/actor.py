@@ -117,6 +117,12 @@ class EngineActor:
                 self._commit()
                 self._release()
 
+    async def submit(self, batch: Batch) -> None:
+        """Run a session's batch: at once in the caller's task when the actor is idle (see
+        `submit_inline`), else through the inbox (waiting while it is full)."""
+        if not self.submit_inline(batch):
+            await self.inbox.send(batch)
+
     def submit_inline(self, batch: Batch) -> bool:
         """Run `batch` at once in the caller's task if the actor is idle; else return False.
 
@@ -138,7 +144,17 @@ class EngineActor:
         return True
 
     async def _wait_for_work(self, items: list[Any]) -> None:
-        """Receive one inbox item into `items`, or return empty-handed when a timer is due."""
+        """Receive one inbox item into `items`, or return empty-handed when a timer is due.
+
+        Work already queued is taken without yielding. Were the actor to yield holding an item
+        while it looks idle, a batch submitted meanwhile would run inline ahead of the item, and
+        one connection's commands could run out of order.
+        """
+        try:
+            items.append(self._receive.receive_nowait())
+            return
+        except trio.WouldBlock:
+            pass
         deadline = self.engine.next_deadline()
         self._armed_deadline = deadline
         try:

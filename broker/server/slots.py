@@ -46,10 +46,8 @@ async def call(actor: EngineActor, command: Any) -> dict[str, Any]:
     If the caller is cancelled first (its client went away), the slot is marked closed so a
     parked long poll is not answered with a job nobody will receive."""
     slot = ReplySlot(actor.outbox)
-    batch = Batch(slot, [command])
     try:
-        if not actor.submit_inline(batch):
-            await actor.inbox.send(batch)
+        await actor.submit(Batch(slot, [command]))
         return await slot.wait()
     finally:
         slot.closed = True

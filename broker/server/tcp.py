@@ -97,9 +97,7 @@ class Connection:
             room = await self.session.wait_capacity()
             part, commands = commands[:room], commands[room:]
             self.session.in_flight += len(part)
-            batch = Batch(self.session, part)
-            if not self.actor.submit_inline(batch):
-                await self.actor.inbox.send(batch)
+            await self.actor.submit(Batch(self.session, part))
 
     def _triage(self, payloads: list[bytes]) -> list[Any]:
         """Decode frames; answer local ones; return those for the engine."""

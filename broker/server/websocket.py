@@ -143,9 +143,7 @@ class WebSocketClient:
             else:
                 if binary:
                     self.binary_requests.add(req_id)
-                batch = Batch(self.session, [command])
-                if not self.actor.submit_inline(batch):
-                    await self.actor.inbox.send(batch)
+                await self.actor.submit(Batch(self.session, [command]))
 
     def _subscription_command(self, message: dict[str, Any], nursery: trio.Nursery) -> dict:
         if message.get("cmd") == "Unsubscribe":

@@ -1,0 +1,55 @@
+"""The engine actor: one connection's commands run in the order they came, however busy it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import trio
+import trio.testing
+
+from broker.clock import Clock
+from broker.engine.actor import Batch, EngineActor
+from broker.engine.core import Engine
+from protocol import decode_command
+from tests.conftest import EPOCH_MS
+
+ATTEMPTS = 20  # Trio shuffles who runs first in a round: each attempt has even odds
+
+
+class RecordingSession:
+    """A session that records the replies the engine gives it."""
+
+    def __init__(self, outbox: set[Any]) -> None:
+        self.closed = False
+        self.held: set[str] = set()
+        self.replies: list[dict[str, Any]] = []
+        self._outbox = outbox
+
+    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
+        self.replies.append(reply)
+        self._outbox.add(self)
+
+    def release(self) -> None:
+        pass
+
+
+def command(**fields: Any) -> Any:
+    return decode_command(msgspec.msgpack.encode(fields))
+
+
+async def test_a_batch_never_overtakes_one_the_actor_took_from_its_inbox() -> None:
+    for _ in range(ATTEMPTS):
+        actor = EngineActor(Engine(), Clock(EPOCH_MS))
+        session = RecordingSession(actor.outbox)
+        actor.inbox.send_nowait(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(actor.run)  # it takes the PUSH from its inbox...
+            await trio.lowlevel.checkpoint()
+            # ...and the same session's PULL, sent now, must still run after it.
+            await actor.submit(Batch(session, [command(cmd="PULL", queue="q")]))
+            await trio.testing.wait_all_tasks_blocked()
+            actor.inbox.close()
+        first, second = session.replies
+        assert "job" not in first, "the PULL ran before the PUSH it followed"
+        assert second["job"]["id"] == first["id"]
