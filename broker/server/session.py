@@ -86,7 +86,8 @@ class Session:
             return
         self._ready += memoryview(data)[sent:]
         self._ready_count += count
-        self._ready_lot.unpark_all()
+        if self._ready_lot:
+            self._ready_lot.unpark_all()
 
     # -- called by the connection ---------------------------------------------------------------
 
@@ -123,8 +124,11 @@ class Session:
     def written(self, count: int) -> None:
         """The writer sent `count` engine replies: free their in-flight slots."""
         self._writing = False
+        # Each lot is checked first: this runs for every reply, and a lot with nobody parked
+        # (the usual case) would still cost a call through Trio's KI protection.
         if count:
             self.in_flight -= count
-            self._capacity_lot.unpark_all()
-        if not self._ready:
+            if self._capacity_lot:
+                self._capacity_lot.unpark_all()
+        if not self._ready and self._flushed_lot:
             self._flushed_lot.unpark_all()
