@@ -3,7 +3,8 @@
 A cron fires on the timer wheel at its `nextRun`; firing pushes a job (name = the cron's name)
 and moves `nextRun` on, in the same pass, so both are committed together. With
 `preventOverlap` (the default) the job carries the unique key `cron:<name>`, so a fire while
-the previous run is still queued or active adds nothing. After `maxLimit` fires the cron
+the previous run is still queued or active adds nothing; an upsert removes a run of the old
+definition that is still queued (one that started runs on). After `maxLimit` fires the cron
 deletes itself. On restart a `nextRun` that passed while the broker was down moves to the next
 future time (`skipMissedOnRestart`, the default) or fires once at once.
 """
@@ -21,7 +22,7 @@ from store import Record
 
 from .errors import EngineError
 from .keys import UNIQUE
-from .model import Job, uuid7
+from .model import QUEUED_STATES, Job, uuid7
 from .schedule import ScheduleError, check_pattern, next_every, next_fire, zone
 from .state import EngineState
 
@@ -78,6 +79,11 @@ class Cron:
         return Record(CRON, self.name, _encode(body))
 
 
+def _overlap_key(cron: Cron) -> str | None:
+    """The unique key a cron's jobs carry: its own, or `cron:<name>` with preventOverlap."""
+    return cron.unique_key or (f"cron:{cron.name}" if cron.prevent_overlap else None)
+
+
 def cron_from_record(record: Record) -> Cron:
     """A stored cron."""
     return Cron(**_decode(record.body))
@@ -119,9 +125,23 @@ class CronHandlers:
             cron.next_run = cron.following(now, now)
             if math.isinf(cron.next_run):
                 raise EngineError("Cron schedule has no future run")
+        for previous in (old, cron):
+            self._remove_queued_run(previous, now)
         self._arm_cron(cron)
         keys = ("name", "queue", "schedule", "repeatEvery", "nextRun", "timezone")
         return {"ok": True, "cron": {key: cron.summary()[key] for key in keys}}
+
+    def _remove_queued_run(self, cron: Cron | None, now: float) -> None:
+        """An upsert retires the cron's earlier definition: a run of it that is still queued
+        (not started) under the overlap key goes, so it neither runs with the old data nor
+        holds the key against the new schedule. A started run is left to finish."""
+        key = None if cron is None else _overlap_key(cron)
+        if cron is None or key is None:
+            return
+        job_id = self.state.key_owner(UNIQUE, cron.queue, key, now)
+        job = self.state.jobs.get(job_id) if job_id is not None else None
+        if job is not None and job.name == cron.name and job.state in QUEUED_STATES:
+            self.state.remove(job)
 
     def cron_get(self, session: Any, command: cmd.CronGet, now: float) -> Reply:
         """CronGet."""
@@ -159,7 +179,7 @@ class CronHandlers:
             del self.crons[cron.name]
             self._cron_changed(cron.name)
             return
-        key = cron.unique_key or (f"cron:{cron.name}" if cron.prevent_overlap else None)
+        key = _overlap_key(cron)
         if key is None or self.state.key_owner(UNIQUE, cron.queue, key, now) is None:
             job = Job(uuid7(), cron.queue, cron.name, cron.data, now, now, unique_key=key)
             job.priority = cron.priority

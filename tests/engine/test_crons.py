@@ -51,6 +51,23 @@ async def test_prevent_overlap_skips_while_the_last_run_is_queued(
     assert (await client.call("CronGet", name="c"))["cron"]["executions"] == 2
 
 
+async def test_an_upsert_retires_the_queued_run_of_the_old_definition(
+    client: FrameClient, autojump_clock
+) -> None:
+    await client.call("Cron", name="c", queue="cq", data="old", repeatEvery=1000)
+    await trio.sleep(1.5)
+    stale = (await client.call("GetJobs", queue="cq"))["jobs"][0]["id"]
+    await client.call("Cron", name="c", queue="cq", data="new", repeatEvery=1000)
+    assert (await client.call("GetState", id=stale))["state"] == "unknown"
+    await trio.sleep(1)
+    job = (await client.call("PULL", queue="cq"))["job"]
+    assert job["data"] == "new"  # the new definition's first run was not blocked
+
+    await client.call("Cron", name="c", queue="cq", data="newer", repeatEvery=1000)
+    assert (await client.call("GetState", id=job["id"]))["state"] == "active"  # runs on
+    assert (await client.call("ACK", id=job["id"]))["ok"] is True
+
+
 async def test_cron_commands(client: FrameClient) -> None:
     bad = await client.call("Cron", name="x", queue="cq", data=1)
     assert bad["error"] == "Cron job must have either schedule or repeatEvery"
