@@ -180,6 +180,19 @@ def config_of(value: Any, keys: dict[str, type]) -> dict[str, Any]:
     return config
 
 
+def dlq_config_of(value: Any) -> dict[str, Any]:
+    """Validate partial dead-letter settings (`maxAge: null` means no age cap)."""
+    no_age_cap = isinstance(value, dict) and "maxAge" in value and value["maxAge"] is None
+    if no_age_cap:
+        value = {key: item for key, item in value.items() if key != "maxAge"}
+    config = config_of(value, DLQ_KEYS)
+    if no_age_cap:
+        config["maxAge"] = None
+    if config.get("maxEntries") == 0:
+        raise CommandError("config.maxEntries must be at least 1")
+    return config
+
+
 class SetStallConfig(QueueQuery, tag="SetStallConfig"):
     """Merge stall-detection settings into the queue's."""
 
@@ -201,15 +214,7 @@ class SetDlqConfig(QueueQuery, tag="SetDlqConfig"):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        given = self.config
-        no_age_cap = isinstance(given, dict) and "maxAge" in given and given["maxAge"] is None
-        if no_age_cap:
-            given = {key: value for key, value in given.items() if key != "maxAge"}
-        self.config = config_of(given, DLQ_KEYS)
-        if no_age_cap:
-            self.config["maxAge"] = None
-        if self.config.get("maxEntries") == 0:
-            raise CommandError("config.maxEntries must be at least 1")
+        self.config = dlq_config_of(self.config)
 
 
 class GetDlqConfig(QueueQuery, tag="GetDlqConfig"):

@@ -17,8 +17,9 @@ import apsw
 from .base import JobRow, Record, StoreError
 
 SCHEMA_VERSION = 2
-BUSY_TIMEOUT_MS = 2000
-"""How long opening waits for another process to let go of the file (a broker restarting)."""
+BUSY_TIMEOUT_MS = 5000
+"""How long opening waits for another process to let go of the file (a broker restarting,
+whose close checkpoints up to ~40 MiB of WAL)."""
 
 # Each entry migrates the schema from version N-1 to N.
 MIGRATIONS: dict[int, str] = {
@@ -55,12 +56,19 @@ class SqliteStore:
         self.path = path
         try:
             self._db = apsw.Connection(path)
+        except apsw.Error as exc:
+            raise StoreError(self._explain(exc)) from None
+        try:
             self._db.set_busy_timeout(busy_timeout_ms)
             self._configure()
             self._migrate()
             self._db.execute("BEGIN IMMEDIATE; COMMIT")  # take the file's lock now (see below)
         except apsw.Error as exc:
+            self._db.close()  # a half-open connection would keep the file locked
             raise StoreError(self._explain(exc)) from None
+        except StoreError:
+            self._db.close()
+            raise
 
     def _configure(self) -> None:
         db = self._db

@@ -7,14 +7,17 @@ records, so they survive a restart.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import msgspec
 
+from protocol import CommandError
 from protocol import admin as cmd
 from store import Record
 
+from .dlq import RETRY_KEYS
 from .errors import EngineError
 from .model import ACTIVE, COMPLETED, FAILED, PRIORITIZED, QUEUED_STATES, WAITING, Job
 from .queues import QueueState
@@ -26,6 +29,7 @@ QUEUE = "queue"
 DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 0, "maxStalls": 3, "gracePeriod": 0}
 CLEAN_QUEUED = ("waiting", "wait", "delayed", "prioritized", "paused")
 Reply = dict[str, Any]
+log = logging.getLogger(__name__)
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(dict[str, Any]).decode
@@ -255,11 +259,13 @@ class AdminHandlers:
         queue = self.state.queue(command.queue)
         queue.dlq_config = {**queue.dlq_config, **command.config}
         self._settings_changed(queue)
-        self.state.apply_dlq_config(queue, now)
+        retries_changed = any(key in command.config for key in RETRY_KEYS)
+        self.state.apply_dlq_config(queue, now, retries=retries_changed)
         return {"ok": True}
 
     def get_dlq_config(self, session: Any, command: Any, now: float) -> Reply:
-        """GetDlqConfig: the settings as they apply (broker-wide caps where the queue set none)."""
+        """GetDlqConfig: the queue's settings, with the defaults for those it did not set (the
+        broker-wide caps standing in for caps it did not set)."""
         queue = self.state.queues.get(command.queue) or QueueState(command.queue)
         return {"ok": True, "config": self.state.dlq_config(queue)}
 
@@ -314,10 +320,21 @@ class AdminHandlers:
             queue.rate_limit = body.get("rateLimit")
             queue.concurrency = body.get("concurrency")
             queue.stall_config = body.get("stallConfig") or {}
-            queue.dlq_config = body.get("dlqConfig") or {}
+            queue.dlq_config = self._stored_dlq_config(queue, body.get("dlqConfig") or {})
             queue.tokens = float(queue.rate_limit or 0)
             if queue.dlq_config:
                 self.state.apply_dlq_config(queue, now)
+
+    def _stored_dlq_config(self, queue: QueueState, stored: dict[str, Any]) -> dict[str, Any]:
+        """Stored DLQ settings, checked as SetDlqConfig checks them: earlier brokers stored
+        settings they did not enforce, unchecked (`maxEntries: 0` would now empty the DLQ).
+        Invalid ones are dropped, with a warning, and the store is corrected."""
+        try:
+            return cmd.dlq_config_of(stored)
+        except CommandError as exc:
+            log.warning("queue %s: stored DLQ settings %r ignored: %s", queue.name, stored, exc)
+            self._settings_changed(queue)
+            return {}
 
     def take_settings_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Queue settings to write or delete since the last commit."""

@@ -75,6 +75,7 @@ class Retention:
         self.max_age_ms = max_age_ms
         self.entries: deque[tuple[float, int, Job]] = deque()
         self.count = 0
+        self.armed_at: float | None = None  # when its pending age timer fires, if it has one
 
     def add(self, job: Job, finished_at: float) -> None:
         """Keep `job`, finished at `finished_at` (call in finishing order, after
@@ -152,12 +153,13 @@ class DeadlineRules:
     def _retain(self, retention: Retention, job: Job, now: float) -> None:
         """Keep a job that has just finished (after `mark_finished`) in `retention`, forgetting
         what that pushes over its caps."""
-        was_empty = not retention.entries
         retention.add(job, job.completed_at or now)
-        self.expire_retained(retention, now, arm=was_empty)
+        self.expire_retained(retention, now)
 
-    def expire_retained(self, retention: Retention, now: float, arm: bool = True) -> None:
-        """Forget finished jobs past their count or age (oldest first); re-arm the age timer."""
+    def expire_retained(self, retention: Retention, now: float) -> None:
+        """Forget finished jobs past their count or age (oldest first), and make sure a timer
+        comes for the next one to age out: one pending timer per Retention, unless the next
+        expiry is earlier than it (a shorter maxAge)."""
         entries = retention.entries
         while entries:
             entry = entries[0]
@@ -169,7 +171,9 @@ class DeadlineRules:
             entries.popleft()
             self._forget(entry[2])  # leaving the state lowers retention.count
         expiry = retention.next_expiry()
-        if arm and expiry is not None:
+        armed = retention.armed_at
+        if expiry is not None and (armed is None or expiry < armed):
+            retention.armed_at = expiry
             self.wheel.schedule(expiry, RETENTION, retention)
 
     def compact(self) -> None:
@@ -210,6 +214,8 @@ class DeadlineRules:
                 if current and now >= job.lock_expires_at:
                     self._lease_expired(job, now)
             elif timer.kind == RETENTION:
+                if timer.target.armed_at == timer.at_ms:
+                    timer.target.armed_at = None  # this was its pending timer
                 self.expire_retained(timer.target, now)
             elif timer.kind == DLQ_RETRY:
                 self.auto_retry(job, timer.token, now)

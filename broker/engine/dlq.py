@@ -10,7 +10,8 @@ queue, on top of the broker-wide `--keep-failed` caps (the stricter cap wins):
   twice that, then four times, and so on, `maxAutoRetries` times over the job's life.
 
 A new setting applies at once to the jobs already in the DLQ. Timers carry the job's finish
-number, so a job that was retried meanwhile (by hand or by an auto retry) ignores them.
+number, so a job that was retried meanwhile (by hand or by an auto retry) ignores them. A job
+past its ttl is not auto retried: it would only expire again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 AUTO_RETRY_DEFAULTS = {"autoRetry": False, "autoRetryInterval": 3_600_000, "maxAutoRetries": 3}
 CAP_KEYS = ("maxEntries", "maxAge")
+RETRY_KEYS = tuple(AUTO_RETRY_DEFAULTS)
 MAX_DOUBLINGS = 64  # 2**64 intervals is forever; more would overflow a float
 
 
@@ -49,11 +51,11 @@ class DeadLetterRules:
         def queue(self, name: str) -> QueueState: ...
         def revive(self, job: Job, now: float) -> bool: ...
         def _retain(self, retention: Retention, job: Job, now: float) -> None: ...
-        def expire_retained(self, retention: Retention, now: float, arm: bool = True) -> None: ...
+        def expire_retained(self, retention: Retention, now: float) -> None: ...
 
     def dlq_config(self, queue: QueueState) -> dict[str, Any]:
-        """The queue's DLQ settings as they apply: its own, else the defaults, with the
-        broker-wide caps standing in for caps the queue did not set."""
+        """The queue's DLQ settings: its own, else the defaults, with the broker-wide caps
+        standing in for caps the queue did not set."""
         config = {**AUTO_RETRY_DEFAULTS, **queue.dlq_config}
         config.setdefault("maxAge", self.failed.max_age_ms)
         config.setdefault("maxEntries", self.failed.limit)
@@ -79,17 +81,22 @@ class DeadLetterRules:
         due = auto_retry_due(self.queue(job.queue).dlq_config, job)
         if due is None or due > now:  # switched off, or moved later by a new setting
             return
-        if self.revive(job, now):
-            job.dlq_retries += 1
+        if job.ttl and now >= job.created_at + job.ttl:
+            return  # past its ttl it would only expire again at once: it stays in the DLQ
+        job.dlq_retries += 1  # counted first: the revived job may fail again in this call
+        self.revive(job, now)
 
-    def apply_dlq_config(self, queue: QueueState, now: float) -> None:
-        """After SetDlqConfig or a restart: the queue's caps and auto retries apply to the jobs
-        already in its DLQ."""
+    def apply_dlq_config(self, queue: QueueState, now: float, *, retries: bool = True) -> None:
+        """After SetDlqConfig or a restart: the queue's caps apply to the jobs already in its
+        DLQ, and (with `retries`, when the auto-retry settings changed) so do its auto retries.
+        """
         config = queue.dlq_config
         failed = [job for job in self._current_failed() if job.queue == queue.name]
         if any(key in config for key in CAP_KEYS):
             self._rebuild_caps(queue, failed, config)
             self.expire_retained(queue.dead_letters, now)  # type: ignore[arg-type]
+        if not retries:
+            return
         for job in failed:
             if job.state == FAILED:  # not dropped by the caps just now
                 self._arm_auto_retry(queue, job)

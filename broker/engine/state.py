@@ -205,14 +205,20 @@ class EngineState(DeadlineRules, DeadLetterRules):
         loaded.sort(key=lambda item: (item[0].created_at, item[0].id))
         for job, _ in loaded:
             self.jobs[job.id] = job
-        finished: list[Job] = []
         stored_states = {job.id: job.state for job, _ in loaded}
-        for job, held in loaded:
+        # Finished jobs first, oldest first, so that one failing during the restart (its ttl
+        # ran out while the broker was down) is the newest in retention, not the oldest.
+        finished = [job for job, _ in loaded if job.state in (COMPLETED, FAILED)]
+        finished.sort(key=lambda job: job.completed_at or 0)
+        for job in finished:
             stored, job.state = job.state, ""
-            if stored in (COMPLETED, FAILED):
-                self._enter(job, stored)
-                finished.append(job)
-                continue
+            self._enter(job, stored)
+            mark_finished(job)
+            (self.completed if stored == COMPLETED else self.failed).add(job, job.completed_at or 0)
+        for job, held in loaded:
+            if job.state in (COMPLETED, FAILED):
+                continue  # restored above, or failed by a dependency's policy just now
+            stored, job.state = job.state, ""
             self._take_keys(job, job.created_at)
             self._arm_ttl(job)
             if stored == WAITING_CHILDREN:
@@ -233,11 +239,6 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 self._arm_timeout(job, job.started_at or now)
         self.tracking = True
         self._store_restart_changes(stored_states)
-        finished.sort(key=lambda job: job.completed_at or 0)
-        for job in finished:
-            retention = self.completed if job.state == COMPLETED else self.failed
-            mark_finished(job)
-            retention.add(job, job.completed_at or 0)
         self.expire_retained(self.completed, now)
         self.expire_retained(self.failed, now)
 

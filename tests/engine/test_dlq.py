@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import trio
 
+from store import Record, open_sqlite
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
@@ -154,3 +156,66 @@ async def test_auto_retries_and_caps_survive_a_restart(tmp_path: Path, autojump_
         assert await state_of(client, job_id) == "failed"
         newer = await fail_for_good(client)
         assert await dlq_ids(client) == [newer]  # maxEntries 1 still holds
+
+
+async def test_a_job_past_its_ttl_is_not_auto_retried(client: FrameClient, autojump_clock):
+    config = {"autoRetry": True, "autoRetryInterval": 0, "maxAutoRetries": 100_000}
+    await client.call("SetDlqConfig", queue="q", config=config)
+    job_id = await push(client, maxAttempts=1, ttl=5000)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+    await trio.sleep(6)  # its ttl runs out while it runs
+    await client.call("FAIL", id=job_id, error="boom")
+    await trio.sleep(60)
+    assert await state_of(client, job_id) == "failed"  # a retry would only expire again
+    assert (await client.call("Metrics"))["metrics"]["totalFailed"] == 1
+
+
+async def test_after_a_restart_the_caps_still_drop_the_oldest(tmp_path: Path, autojump_clock):
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        await client.call("SetDlqConfig", queue="q", config={"maxEntries": 1})
+        old = await fail_for_good(client)
+        newer = await push(client, ttl=1000, delay=60_000)  # its ttl runs out while down
+    await trio.sleep(5)
+    async with broker.running() as connect:
+        client = await connect()
+        assert [await state_of(client, i) for i in (old, newer)] == ["unknown", "failed"]
+
+
+async def test_settings_applied_again_and_again_leave_no_timers_behind(
+    client: FrameClient, app, autojump_clock
+) -> None:
+    settings = {"maxAge": 3_600_000, "autoRetry": False}
+    await client.call("SetDlqConfig", queue="q", config=settings)
+    await fail_for_good(client)
+    wheel = app.actor.engine.state.wheel
+    before = len(wheel)
+    for _ in range(500):  # a dashboard re-applying the same settings
+        await client.call("SetDlqConfig", queue="q", config=settings)
+    await client.call("CompactMemory")
+    assert len(wheel) <= before + 1
+
+
+async def test_invalid_settings_stored_by_an_older_broker_are_ignored(
+    tmp_path: Path, autojump_clock
+) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        job_id = await fail_for_good(await connect())
+    # Earlier brokers stored DLQ settings unchecked and did not enforce them.
+    settings = {"paused": False, "dlqConfig": {"maxEntries": 0, "autoRetry": True}}
+    store = open_sqlite(broker.path)
+    store.commit(
+        [], [], sync=False, records=[Record("queue", "q", msgspec.msgpack.encode(settings))]
+    )
+    store.close()
+    async with broker.running() as connect:
+        client = await connect()
+        assert await dlq_ids(client) == [job_id]  # not emptied by maxEntries 0
+        config = (await client.call("GetDlqConfig", queue="q"))["config"]
+        assert (config["maxEntries"], config["autoRetry"]) == (10_000, False)
+    store = open_sqlite(broker.path)  # and the store was corrected
+    stored = [r for r in store.load_records() if r.kind == "queue"]
+    store.close()
+    assert msgspec.msgpack.decode(stored[0].body)["dlqConfig"] == {}

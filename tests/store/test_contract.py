@@ -86,8 +86,13 @@ def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
     db = apsw.Connection(path)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     db.close()
-    with pytest.raises(StoreError, match="newer trioq"):
+    with pytest.raises(StoreError, match="newer trioq") as refused:
         open_sqlite(path)
+    assert refused.value.__traceback__ is not None  # kept alive, with the frames it holds
+    db = apsw.Connection(path)  # the refused store let go of the file: it can be fixed at once
+    db.execute("PRAGMA user_version=2")
+    db.close()
+    open_sqlite(path).close()
 
 
 def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
