@@ -14,6 +14,8 @@ from typing import Any
 import attrs
 import msgspec
 
+from protocol.wire import WireJob, WireJobWithState
+
 # Internal states. WAITING and PRIORITIZED are both "ready"; which one a ready job reports is
 # decided by its priority when it becomes ready.
 WAITING = "waiting"
@@ -164,66 +166,32 @@ class Job:
     retained_seq: int = 0  # which retention entry is current (transient)
     dlq_retries: int = 0  # auto retries out of the dead-letter queue so far (dlq.py)
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> WireJob:
         """The job object as the reference server sends it (keys in its order)."""
-        return {
-            "id": self.id,
-            "queue": self.queue,
-            "name": self.name,
-            "data": msgspec.Raw(self.data),
-            "createdAt": self.created_at,
-            "runAt": self.run_at,
-            "startedAt": self.started_at,
-            "completedAt": self.completed_at,
-            "attempts": self.attempts,
-            "backoff": self.backoff,
-            "backoffConfig": self.backoff_config,
-            "dependsOn": self.depends_on,
-            "childrenIds": self.children_ids,
-            "childrenCompleted": 0,
-            "tags": self.tags,
-            "progress": self.progress,
-            "progressMessage": self.progress_message,
-            "stacktrace": self.stacktrace,
-            "repeat": self.repeat,
-            "durable": self.durable,
-            "lastHeartbeat": self.last_heartbeat,
-            "stallCount": self.stall_count,
-            "priority": self.priority,
-            "lifo": self.lifo,
-            "maxAttempts": self.max_attempts,
-            "removeOnComplete": self.remove_on_complete,
-            "removeOnFail": self.remove_on_fail,
-            "ttl": self.ttl,
-            "timeout": self.timeout,
-            "uniqueKey": self.unique_key,
-            "customId": self.custom_id,
-            "parentId": self.parent_id,
-            "groupId": self.group_id,
-            "groupMaxSize": self.group_max_size,
-            "stallTimeout": self.stall_timeout,
-            "stackTraceLimit": self.stack_trace_limit,
-            "keepLogs": self.keep_logs,
-            "sizeLimit": self.size_limit,
-            "failParentOnFailure": self.fail_parent_on_failure,
-            "removeDependencyOnFailure": self.remove_dependency_on_failure,
-            "continueParentOnFailure": self.continue_parent_on_failure,
-            "ignoreDependencyOnFailure": self.ignore_dependency_on_failure,
-            "deduplicationTtl": self.dedup_ttl,
-            "deduplicationExtend": self.dedup_extend,
-            "deduplicationReplace": self.dedup_replace,
-            "debounceId": self.debounce_id,
-            "debounceTtl": self.debounce_ttl,
-            "timeline": [],
-        }
+        return WireJob(*self._wire_values())
 
-    def to_wire_with_state(self) -> dict[str, Any]:
+    def to_wire_with_state(self) -> WireJobWithState:
         """The job as GetJob returns it: with `state`, `returnvalue` and `failedReason`."""
-        wire = self.to_wire()
-        wire["state"] = self.state
-        wire["returnvalue"] = None if self.result is None else msgspec.Raw(self.result)
-        wire["failedReason"] = self.failed_reason
-        return wire
+        result = None if self.result is None else msgspec.Raw(self.result)
+        values = (*self._wire_values(), self.state, result, self.failed_reason)
+        return WireJobWithState(*values)
+
+    def _wire_values(self) -> tuple[Any, ...]:
+        """The values of a WireJob, in the order of its fields (protocol/wire.py)."""
+        return (
+            self.id, self.queue, self.name, msgspec.Raw(self.data), self.created_at,
+            self.run_at, self.started_at, self.completed_at, self.attempts, self.backoff,
+            self.backoff_config, self.depends_on, self.children_ids, 0, self.tags,
+            self.progress, self.progress_message, self.stacktrace, self.repeat, self.durable,
+            self.last_heartbeat, self.stall_count, self.priority, self.lifo, self.max_attempts,
+            self.remove_on_complete, self.remove_on_fail, self.ttl, self.timeout,
+            self.unique_key, self.custom_id, self.parent_id, self.group_id,
+            self.group_max_size, self.stall_timeout, self.stack_trace_limit, self.keep_logs,
+            self.size_limit, self.fail_parent_on_failure, self.remove_dependency_on_failure,
+            self.continue_parent_on_failure, self.ignore_dependency_on_failure,
+            self.dedup_ttl, self.dedup_extend, self.dedup_replace, self.debounce_id,
+            self.debounce_ttl, [],
+        )  # fmt: skip
 
 
 # Options a repeating job's next occurrence inherits (not its ids, keys or flow links).

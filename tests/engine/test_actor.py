@@ -27,7 +27,7 @@ class RecordingSession:
         self._outbox = outbox
 
     def reply(self, reply: dict[str, Any], req_id: Any) -> None:
-        self.replies.append(reply)
+        self.replies.append(msgspec.msgpack.decode(msgspec.msgpack.encode(reply)))  # as sent
         self._outbox.add(self)
 
     def release(self) -> None:

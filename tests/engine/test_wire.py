@@ -1,0 +1,56 @@
+"""The job as replies show it: every wire key carries the right field of the job model."""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+import msgspec
+
+from broker.engine.model import Job
+from tests.engine.test_push_pull import REFERENCE_JOB_KEYS
+
+WIRE_TO_MODEL = {
+    "id": "id", "queue": "queue", "name": "name", "createdAt": "created_at",
+    "runAt": "run_at", "startedAt": "started_at", "completedAt": "completed_at",
+    "attempts": "attempts", "backoff": "backoff", "backoffConfig": "backoff_config",
+    "dependsOn": "depends_on", "childrenIds": "children_ids", "tags": "tags",
+    "progress": "progress", "progressMessage": "progress_message", "stacktrace": "stacktrace",
+    "repeat": "repeat", "durable": "durable", "lastHeartbeat": "last_heartbeat",
+    "stallCount": "stall_count", "priority": "priority", "lifo": "lifo",
+    "maxAttempts": "max_attempts", "removeOnComplete": "remove_on_complete",
+    "removeOnFail": "remove_on_fail", "ttl": "ttl", "timeout": "timeout",
+    "uniqueKey": "unique_key", "customId": "custom_id", "parentId": "parent_id",
+    "groupId": "group_id", "groupMaxSize": "group_max_size", "stallTimeout": "stall_timeout",
+    "stackTraceLimit": "stack_trace_limit", "keepLogs": "keep_logs", "sizeLimit": "size_limit",
+    "failParentOnFailure": "fail_parent_on_failure",
+    "removeDependencyOnFailure": "remove_dependency_on_failure",
+    "continueParentOnFailure": "continue_parent_on_failure",
+    "ignoreDependencyOnFailure": "ignore_dependency_on_failure",
+    "deduplicationTtl": "dedup_ttl", "deduplicationExtend": "dedup_extend",
+    "deduplicationReplace": "dedup_replace", "debounceId": "debounce_id",
+    "debounceTtl": "debounce_ttl", "state": "state", "failedReason": "failed_reason",
+}  # fmt: skip
+
+
+def job_with_distinct_values() -> Job:
+    """A job whose every field holds a value no other field holds."""
+    numbers = itertools.count(1)
+    values = {}
+    for field in attrs.fields(Job):
+        if field.name in ("data", "result"):
+            values[field.name] = msgspec.msgpack.encode(field.name)
+        else:
+            values[field.name] = f"{field.name}-{next(numbers)}"
+    return Job(**values)
+
+
+def test_every_wire_key_shows_its_own_field_in_the_reference_order() -> None:
+    job = job_with_distinct_values()
+    wire = msgspec.msgpack.decode(msgspec.msgpack.encode(job.to_wire_with_state()))
+    for key, field in WIRE_TO_MODEL.items():
+        assert wire[key] == getattr(job, field), key
+    assert (wire["data"], wire["returnvalue"]) == ("data", "result")
+    assert (wire["childrenCompleted"], wire["timeline"]) == (0, [])
+    assert [key for key in wire if key in REFERENCE_JOB_KEYS] == REFERENCE_JOB_KEYS
+    assert set(wire) == {*WIRE_TO_MODEL, *REFERENCE_JOB_KEYS, "returnvalue"}
