@@ -135,6 +135,7 @@ class Engine(
 
     def tick(self, now: float) -> None:
         """Fire due timers and answer long polls that can now be served or have timed out."""
+        self.state.now = now
         for kind, target, token in self.state.fire_timers(now):
             if kind == WAIT_JOB:
                 self.wait_timed_out(target)

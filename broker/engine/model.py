@@ -31,6 +31,8 @@ UNKNOWN = "unknown"
 READY_STATES = frozenset({WAITING, PRIORITIZED})
 QUEUED_STATES = frozenset({WAITING, PRIORITIZED, DELAYED})
 COUNTED_STATES = (WAITING, PRIORITIZED, DELAYED, ACTIVE, COMPLETED, FAILED, WAITING_CHILDREN)
+MAX_TIMELINE = 20  # entries a job's timeline keeps (the reference's cap)
+TIMELINE_ENTRY = 3  # values per entry in Job.timeline: state, epoch ms, error (or None)
 
 _last_uuid_ms = 0
 _uuid_counter = 0
@@ -169,6 +171,10 @@ class Job:
     ignored_failures: dict[str, str] | None = None
     retained_seq: int = 0  # which retention entry is current (transient)
     dlq_retries: int = 0  # auto retries out of the dead-letter queue so far (dlq.py)
+    # The states the job went through, oldest first, the latest MAX_TIMELINE kept: one flat
+    # tuple of (state, epoch ms, error or None) triples. Flat and of plain values, so each
+    # transition costs one allocation and the cyclic GC does not walk it.
+    timeline: Sequence[Any] = ()
 
     def to_wire(self) -> WireJob:
         """The job object as the reference server sends it (keys in its order)."""
@@ -194,8 +200,20 @@ class Job:
             self.size_limit, self.fail_parent_on_failure, self.remove_dependency_on_failure,
             self.continue_parent_on_failure, self.ignore_dependency_on_failure,
             self.dedup_ttl, self.dedup_extend, self.dedup_replace, self.debounce_id,
-            self.debounce_ttl, [],
+            self.debounce_ttl, self._wire_timeline(),
         )  # fmt: skip
+
+    def _wire_timeline(self) -> list[dict[str, Any]]:
+        """The timeline as the reference shows it: {state, timestamp, error?} entries."""
+        entries = []
+        values = self.timeline
+        for at in range(0, len(values), TIMELINE_ENTRY):
+            state, timestamp, error = values[at : at + TIMELINE_ENTRY]
+            shown = {"state": state, "timestamp": timestamp}
+            if error is not None:
+                shown["error"] = error
+            entries.append(shown)
+        return entries
 
 
 # Options a repeating job's next occurrence inherits (not its ids, keys or flow links).

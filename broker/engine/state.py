@@ -38,7 +38,9 @@ from .model import (
     COMPLETED,
     DELAYED,
     FAILED,
+    MAX_TIMELINE,
     PRIORITIZED,
+    TIMELINE_ENTRY,
     WAITING,
     WAITING_CHILDREN,
     Job,
@@ -73,6 +75,10 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.dirty_queues: set[QueueState] = set()
         # Change tracking for the store: jobs written or deleted since the last commit.
         self.tracking = False
+        # The time of the current pass (Engine.tick sets it), for job timelines; a restart
+        # re-enters stored states without recording them again.
+        self.now = 0.0
+        self.recording = True
         self.changed: dict[str, Job] = {}
         self.deleted: set[str] = set()
         # Jobs that completed, failed or were removed since the engine last looked (WaitJob).
@@ -120,11 +126,13 @@ class EngineState(DeadlineRules, DeadLetterRules):
 
     # -- transitions ---------------------------------------------------------------------------
 
-    def _enter(self, job: Job, state: str, persist: bool = True) -> None:
+    def _enter(self, job: Job, state: str, persist: bool = True, error: str | None = None) -> None:
         queue = self.queue(job.queue)
         if job.state:
             self._leave(queue, job)
         job.state = state
+        if self.recording:
+            self._record(job, state, error)
         queue.counts[state] += 1
         if state == COMPLETED:
             self.completed.count += 1
@@ -141,6 +149,13 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 tally[group] = tally.get(group, 0) + 1
         if persist and self.tracking:
             self.changed[job.id] = job
+
+    def _record(self, job: Job, state: str, error: str | None) -> None:
+        """Add the state the job just entered to its timeline (the latest MAX_TIMELINE kept)."""
+        timeline = job.timeline
+        if len(timeline) >= MAX_TIMELINE * TIMELINE_ENTRY:
+            timeline = timeline[TIMELINE_ENTRY:]
+        job.timeline = (*timeline, state, self.now, error)
 
     def _leave(self, queue: QueueState, job: Job) -> None:
         """Undo what the job's current state adds to its queue's tallies."""
@@ -202,6 +217,8 @@ class EngineState(DeadlineRules, DeadLetterRules):
         jobs stay active; completed and failed jobs are retained within the caps, the excess
         deleted. Whatever this changes is written back to the store.
         """
+        self.now = now
+        self.recording = False
         loaded.sort(key=lambda item: (item[0].created_at, item[0].id))
         for job, _ in loaded:
             self.jobs[job.id] = job
@@ -238,6 +255,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 self._enter(job, ACTIVE)
                 self._arm_timeout(job, job.started_at or now)
         self.tracking = True
+        self.recording = True
         self._store_restart_changes(stored_states)
         self.expire_retained(self.completed, now)
         self.expire_retained(self.failed, now)
@@ -430,7 +448,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self.child_failed(job, reason, now)
             return
         job.completed_at = now
-        self._enter(job, FAILED)
+        self._enter(job, FAILED, error=reason)
         self.finished.append(job)
         mark_finished(job)
         self._retain(self.failed, job, now)

@@ -40,6 +40,8 @@ def job_with_distinct_values() -> Job:
     for field in attrs.fields(Job):
         if field.name in ("data", "result"):
             values[field.name] = msgspec.msgpack.encode(field.name)
+        elif field.name == "timeline":
+            values[field.name] = ("waiting", 1.0, None, "failed", 2.0, "boom")
         else:
             values[field.name] = f"{field.name}-{next(numbers)}"
     return Job(**values)
@@ -51,6 +53,10 @@ def test_every_wire_key_shows_its_own_field_in_the_reference_order() -> None:
     for key, field in WIRE_TO_MODEL.items():
         assert wire[key] == getattr(job, field), key
     assert (wire["data"], wire["returnvalue"]) == ("data", "result")
-    assert (wire["childrenCompleted"], wire["timeline"]) == (0, [])
+    assert wire["childrenCompleted"] == 0
+    assert wire["timeline"] == [
+        {"state": "waiting", "timestamp": 1.0},
+        {"state": "failed", "timestamp": 2.0, "error": "boom"},
+    ]
     assert [key for key in wire if key in REFERENCE_JOB_KEYS] == REFERENCE_JOB_KEYS
     assert set(wire) == {*WIRE_TO_MODEL, *REFERENCE_JOB_KEYS, "returnvalue"}

@@ -1,0 +1,71 @@
+"""A job's timeline: every state it entered, when, and why it failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from tests.engine.test_push_pull import push
+from tests.engine.test_restart import Broker
+from tests.support.client import FrameClient
+
+
+async def timeline(client: FrameClient, job_id: str) -> list[dict]:
+    return (await client.call("GetJob", id=job_id))["job"]["timeline"]
+
+
+def steps(entries: list[dict]) -> list[tuple]:
+    """(state, ms since the first entry, error) for each entry."""
+    start = entries[0]["timestamp"]
+    return [(e["state"], e["timestamp"] - start, e.get("error")) for e in entries]
+
+
+async def test_a_completed_job_shows_when_it_waited_ran_and_finished(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client)
+    await trio.sleep(1)
+    await client.call("PULL", queue="q")
+    await trio.sleep(2)
+    await client.call("ACK", id=job_id)
+    assert steps(await timeline(client, job_id)) == [
+        ("waiting", 0, None), ("active", 1000, None), ("completed", 3000, None),
+    ]  # fmt: skip
+
+
+async def test_retries_and_the_final_failure_are_shown_with_the_error(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, maxAttempts=2, backoff={"type": "fixed", "delay": 1000})
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="first")
+    await trio.sleep(1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="second")
+    assert steps(await timeline(client, job_id)) == [
+        ("waiting", 0, None), ("active", 0, None), ("delayed", 0, None),
+        ("waiting", 1000, None), ("active", 1000, None), ("failed", 1000, "second"),
+    ]  # fmt: skip
+
+
+async def test_the_latest_twenty_entries_are_kept(client: FrameClient) -> None:
+    job_id = await push(client)
+    for _ in range(12):  # 1 + 24 entries
+        await client.call("PULL", queue="q")
+        await client.call("MoveToWait", id=job_id)
+    entries = await timeline(client, job_id)
+    assert len(entries) == 20
+    assert [e["state"] for e in entries[-2:]] == ["active", "waiting"]
+
+
+async def test_the_timeline_survives_a_restart_unchanged(tmp_path: Path, autojump_clock) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        job_id = await push(client, delay=5000)
+        await trio.sleep(6)
+        before = await timeline(client, job_id)
+    assert [e["state"] for e in before] == ["delayed", "waiting"]
+    async with broker.running() as connect:
+        assert await timeline(await connect(), job_id) == before
