@@ -75,10 +75,8 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.dirty_queues: set[QueueState] = set()
         # Change tracking for the store: jobs written or deleted since the last commit.
         self.tracking = False
-        # The time of the current pass (Engine.tick sets it), for job timelines; a restart
-        # re-enters stored states without recording them again.
+        # The time of the current pass (Engine.tick sets it), for job timelines.
         self.now = 0.0
-        self.recording = True
         self.changed: dict[str, Job] = {}
         self.deleted: set[str] = set()
         # Jobs that completed, failed or were removed since the engine last looked (WaitJob).
@@ -131,8 +129,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if job.state:
             self._leave(queue, job)
         job.state = state
-        if self.recording:
-            self._record(job, state, error)
+        self._record(job, state, error)
         queue.counts[state] += 1
         if state == COMPLETED:
             self.completed.count += 1
@@ -151,8 +148,12 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self.changed[job.id] = job
 
     def _record(self, job: Job, state: str, error: str | None) -> None:
-        """Add the state the job just entered to its timeline (the latest MAX_TIMELINE kept)."""
+        """Add the state the job just entered to its timeline (the latest MAX_TIMELINE kept),
+        unless it is the state the timeline ends with: a restart re-entering a stored state, or
+        a job re-placed in its own state, is no transition."""
         timeline = job.timeline
+        if timeline and timeline[-TIMELINE_ENTRY] == state:
+            return
         if len(timeline) >= MAX_TIMELINE * TIMELINE_ENTRY:
             timeline = timeline[TIMELINE_ENTRY:]
         job.timeline = (*timeline, state, self.now, error)
@@ -218,7 +219,6 @@ class EngineState(DeadlineRules, DeadLetterRules):
         deleted. Whatever this changes is written back to the store.
         """
         self.now = now
-        self.recording = False
         loaded.sort(key=lambda item: (item[0].created_at, item[0].id))
         for job, _ in loaded:
             self.jobs[job.id] = job
@@ -255,7 +255,6 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 self._enter(job, ACTIVE)
                 self._arm_timeout(job, job.started_at or now)
         self.tracking = True
-        self.recording = True
         self._store_restart_changes(stored_states)
         self.expire_retained(self.completed, now)
         self.expire_retained(self.failed, now)

@@ -59,13 +59,19 @@ async def test_the_latest_twenty_entries_are_kept(client: FrameClient) -> None:
     assert [e["state"] for e in entries[-2:]] == ["active", "waiting"]
 
 
-async def test_the_timeline_survives_a_restart_unchanged(tmp_path: Path, autojump_clock) -> None:
+async def test_a_restart_adds_only_what_happened_while_the_broker_was_down(
+    tmp_path: Path, autojump_clock
+) -> None:
     broker = Broker(tmp_path)
     async with broker.running() as connect:
         client = await connect()
-        job_id = await push(client, delay=5000)
+        ready = await push(client, delay=5000)
         await trio.sleep(6)
-        before = await timeline(client, job_id)
+        later = await push(client, delay=60_000)
+        before = await timeline(client, ready)
     assert [e["state"] for e in before] == ["delayed", "waiting"]
+    await trio.sleep(60)
     async with broker.running() as connect:
-        assert await timeline(await connect(), job_id) == before
+        client = await connect()
+        assert await timeline(client, ready) == before  # nothing happened to it
+        assert [e["state"] for e in await timeline(client, later)] == ["delayed", "waiting"]
