@@ -68,10 +68,11 @@ def test_a_second_broker_on_the_same_file_is_refused_until_the_first_closes(
     from store.sqlite import SqliteStore
 
     path = str(tmp_path / "t.db")
-    first = open_sqlite(path)
-    first.commit([row("a")], [], sync=False)
+    open_sqlite(path).close()
+    first = open_sqlite(path)  # holds the file from the start, before it writes anything
     with pytest.raises(StoreError, match="in use by another process"):
         SqliteStore(path, busy_timeout_ms=50)
+    first.commit([row("a")], [], sync=False)
     first.commit([row("b")], [], sync=False)  # the refused opener changed nothing
     first.close()
     second = SqliteStore(path, busy_timeout_ms=50)
