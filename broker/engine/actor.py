@@ -92,6 +92,9 @@ class EngineActor:
         self.on_pass: Any = None  # observes how many commands each pass ran (metrics)
         # The deadline the actor sleeps until while parked on an empty inbox; None when busy.
         self._armed_deadline: float | None = None
+        # Batches sent to the inbox and not yet taken by the actor: while there are any, no
+        # batch runs inline (it could overtake one of its own session's).
+        self._queued_batches = 0
 
     def answer_parked_message(self) -> AnswerParked:
         """The inbox message that answers every parked long poll (used at shutdown)."""
@@ -113,6 +116,7 @@ class EngineActor:
                         items.append(receive.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
+                self._queued_batches -= sum(isinstance(item, Batch) for item in items)
                 self._execute(items)
                 self._commit()
                 self._release()
@@ -120,8 +124,14 @@ class EngineActor:
     async def submit(self, batch: Batch) -> None:
         """Run a session's batch: at once in the caller's task when the actor is idle (see
         `submit_inline`), else through the inbox (waiting while it is full)."""
-        if not self.submit_inline(batch):
+        if self.submit_inline(batch):
+            return
+        self._queued_batches += 1
+        try:
             await self.inbox.send(batch)
+        except BaseException:
+            self._queued_batches -= 1  # not sent
+            raise
 
     def submit_inline(self, batch: Batch) -> bool:
         """Run `batch` at once in the caller's task if the actor is idle; else return False.
@@ -133,7 +143,7 @@ class EngineActor:
         than the one the actor sleeps on, the actor is woken to re-arm.
         """
         armed = self._armed_deadline
-        if armed is None or self._receive.statistics().current_buffer_used:
+        if armed is None or self._queued_batches:
             return False
         self._execute([batch])
         self._commit()
@@ -171,11 +181,11 @@ class EngineActor:
         engine = self.engine
         now = self.clock.now_ms()
         engine.tick(now)
-        if self.on_pass is not None:
-            self.on_pass(sum(len(item.commands) for item in items if isinstance(item, Batch)))
+        commands = 0
         for item in items:
             session = item.session
             if isinstance(item, Batch):
+                commands += len(item.commands)
                 for command in item.commands:
                     engine.execute(session, command, now)
             elif isinstance(item, Disconnect):
@@ -184,6 +194,8 @@ class EngineActor:
                 engine.answer_parked()
         engine.tick(now)
         self.passes += 1
+        if self.on_pass is not None:
+            self.on_pass(commands)
 
     def _commit(self) -> None:
         """Store the pass's changes in one transaction.

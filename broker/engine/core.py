@@ -136,6 +136,16 @@ class Engine(
     def tick(self, now: float) -> None:
         """Fire due timers and answer long polls that can now be served or have timed out."""
         self.state.now = now
+        if self.state.wheel.next_deadline() <= now:
+            self._fire_due(now)
+        dirty = self.state.dirty_queues
+        while dirty:
+            self._serve_waiters(dirty.pop(), now)
+        if self.state.finished:
+            self.answer_job_waiters()
+
+    def _fire_due(self, now: float) -> None:
+        """Apply the due timers; handle those that are the engine's (polls, WaitJob, crons)."""
         for kind, target, token in self.state.fire_timers(now):
             if kind == WAIT_JOB:
                 self.wait_timed_out(target)
@@ -153,10 +163,6 @@ class Engine(
                 # Answered polls leave the queue's deque from the front (timeouts expire
                 # roughly in arrival order), so an idle queue polled forever stays small.
                 drop_answered(self.state.queue(waiter.command.queue).waiters)
-        dirty = self.state.dirty_queues
-        while dirty:
-            self._serve_waiters(dirty.pop(), now)
-        self.answer_job_waiters()
 
     def next_deadline(self) -> float:
         """When `tick` next has work to do, in epoch ms (inf when never)."""

@@ -24,7 +24,7 @@ from protocol import commands as cmd
 from .. import __version__
 from ..engine.actor import Batch, Disconnect, EngineActor
 from ..engine.errors import INVALID_TOKEN, NOT_AUTHENTICATED
-from .session import Session
+from .session import MAX_IN_FLIGHT, Session
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +93,14 @@ class Connection:
 
     async def _dispatch(self, commands: list[Any]) -> None:
         """Hand commands to the engine, at most 50 in flight for this connection."""
+        session = self.session
         while commands:
-            room = await self.session.wait_capacity()
+            room = MAX_IN_FLIGHT - session.in_flight
+            if room <= 0:
+                room = await session.wait_capacity()
             part, commands = commands[:room], commands[room:]
-            self.session.in_flight += len(part)
-            await self.actor.submit(Batch(self.session, part))
+            session.in_flight += len(part)
+            await self.actor.submit(Batch(session, part))
 
     def _triage(self, payloads: list[bytes]) -> list[Any]:
         """Decode frames; answer local ones; return those for the engine."""
