@@ -32,7 +32,7 @@ INBOX_SIZE = 256
 MAX_BATCHES_PER_PASS = 512
 
 
-@attrs.frozen
+@attrs.define(slots=True)  # not frozen: one is made per read, and frozen init costs more
 class Batch:
     """Commands from one session, in arrival order."""
 

@@ -184,15 +184,20 @@ class Engine(
     def push(self, session: Any, command: cmd.Push, now: float) -> Reply:
         """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
         dependencies must exist."""
-        self._check_dependencies(command.dependsOn or (), ())
-        check_repeat(command.repeat, now)
-        self._check_group_room(command.queue, [command])
-        existing = self._settle_duplicate(command.queue, command, command.jobId, now)
-        if existing is not None:
-            return {"ok": True, "id": existing}
+        if command.optionsGiven or command.jobId is not None:  # a plain job has nothing to check
+            existing = self._admit(command, now)
+            if existing is not None:
+                return {"ok": True, "id": existing}
         job = self._new_job(command.queue, command, command.jobId, now)
         self.state.add(job, now)
         return {"ok": True, "id": job.id}
+
+    def _admit(self, command: cmd.Push, now: float) -> str | None:
+        """Check a PUSH's options; returns the id of the job it duplicates, if any."""
+        self._check_dependencies(command.dependsOn or (), ())
+        check_repeat(command.repeat, now)
+        self._check_group_room(command.queue, [command])
+        return self._settle_duplicate(command.queue, command, command.jobId, now)
 
     def push_batch(self, session: Any, command: cmd.PushBatch, now: float) -> Reply:
         """PUSHB: every item checked first (dependsOn may name customIds of the batch)."""
