@@ -99,11 +99,15 @@ class Session:
         append_frame(data, reply)
         self._send(data, 0)
 
+    def room(self) -> int:
+        """How many more commands may go to the engine now (0 or less: none)."""
+        return MAX_IN_FLIGHT - self.in_flight
+
     async def wait_capacity(self) -> int:
         """Wait until another command may go to the engine; returns how many may."""
-        while self.in_flight >= MAX_IN_FLIGHT:
+        while self.room() <= 0:
             await self._capacity_lot.park()
-        return MAX_IN_FLIGHT - self.in_flight
+        return self.room()
 
     async def wait_output(self) -> tuple[bytes, int]:
         """Wait for reply bytes; returns them with the number of engine replies among them."""

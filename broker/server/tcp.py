@@ -24,7 +24,7 @@ from protocol import commands as cmd
 from .. import __version__
 from ..engine.actor import Batch, Disconnect, EngineActor
 from ..engine.errors import INVALID_TOKEN, NOT_AUTHENTICATED
-from .session import MAX_IN_FLIGHT, Session
+from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class Connection:
         """Hand commands to the engine, at most 50 in flight for this connection."""
         session = self.session
         while commands:
-            room = MAX_IN_FLIGHT - session.in_flight
+            room = session.room()  # checked here first: waiting is a coroutine call per read
             if room <= 0:
                 room = await session.wait_capacity()
             part, commands = commands[:room], commands[room:]
