@@ -8,22 +8,25 @@ with their defaults.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import gc
 import os
+import socket
 import sys
 
 import trio
 
 from store import StoreError
 
-from . import logs
+from . import __version__, logs
 from .app import open_store, serve_until_signalled
-from .config import ENV_PREFIX, Config, ConfigError, load, settings
+from .config import DB_FILE, ENV_PREFIX, Config, ConfigError, load, settings
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, made from the settings table."""
     parser = argparse.ArgumentParser(prog="trioq", description="A bunqueue-compatible job broker.")
+    parser.add_argument("--version", action="version", version=f"trioq {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
@@ -66,21 +69,90 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
     return load(args.config, os.environ if environ is None else environ, flags)
 
 
+def check_listen(config: Config) -> None:
+    """Bind (and let go of) every socket the broker will listen on, so a host that does not
+    resolve or a port in use is refused at once, before anything is created; raises
+    ConfigError naming the host or the port.
+
+    It resolves and binds as Trio's listeners do (passive, SO_REUSEADDR, IPv6 only on IPv6
+    sockets) and holds all of them until the end, so the TCP and HTTP ports cannot clash.
+    """
+    ports = [("--port", config.port), ("--http-port", config.http_port)]
+    held: list[socket.socket] = []
+    try:
+        for flag, port in ports[: 2 if config.http_port else 1]:
+            for family, kind, proto, _, address in _resolve(config.host, port):
+                sock = socket.socket(family, kind, proto)
+                held.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind(address)
+                    sock.listen()  # two sockets bound to one port clash only once listening
+                except OSError as exc:
+                    where = f"{address[0]}:{port}"
+                    raise ConfigError(
+                        f"cannot listen on {where} ({flag}): {exc.strerror}"
+                    ) from None
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _resolve(host: str, port: int) -> list[tuple]:  # type: ignore[type-arg]
+    try:
+        return socket.getaddrinfo(
+            host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise ConfigError(f"cannot resolve --host {host}: {reason}") from None
+
+
+def claim_data_dir(data_dir: str) -> int:
+    """Create the data directory if missing and lock it for this process; returns the open
+    descriptor that holds the lock (closing it lets go). Raises StoreError at once, without
+    waiting, when another process holds it: one broker per data directory.
+
+    The lock is on the directory itself (flock), so it creates no file and goes away with
+    the process however it ends.
+    """
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+        descriptor = os.open(data_dir, os.O_RDONLY)
+    except OSError as exc:
+        raise StoreError(f"cannot create data directory {data_dir}: {exc.strerror}") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        db = os.path.join(data_dir, DB_FILE)
+        raise StoreError(f"{db} is in use by another process (one trioq per --data-dir)") from None
+    return descriptor
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `trioq` console script."""
     args = build_parser().parse_args(argv)
     try:
         config = config_from_args(args)
         logs.configure(config.log_level, config.log_format)
+        check_listen(config)
     except (ConfigError, ValueError) as exc:
         print(f"trioq: error: {exc}", file=sys.stderr)
         return 2
     # The engine holds many long-lived objects (jobs) that form no reference cycles; with the
     # default thresholds the cyclic collector would rescan them all again and again.
     gc.set_threshold(100_000, 50, 100)
+    lock = store = None
     try:
-        store = None if config.memory else open_store(config)
+        if not config.memory:
+            lock = claim_data_dir(config.data_dir)
+            store = open_store(config)
     except StoreError as exc:
+        if lock is not None:
+            os.close(lock)
         print(f"trioq: error: {exc}", file=sys.stderr)
         return 2
     try:
@@ -88,4 +160,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if store is not None:
             store.close()
+        if lock is not None:
+            os.close(lock)  # after the store: the next broker may open the file at once
     return 0

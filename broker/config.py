@@ -18,8 +18,12 @@ DB_FILE = "trioq.db"
 ENV_PREFIX = "TRIOQ_"
 
 
-def _setting(default: Any, help: str) -> Any:
-    return attrs.field(default=default, metadata={"help": help})
+PORT_RANGE = (0, 65_535)
+
+
+def _setting(default: Any, help: str, bounds: tuple[int, int] | None = None) -> Any:
+    """A setting's field; `bounds` (low, high) limits a number, both ends included."""
+    return attrs.field(default=default, metadata={"help": help, "bounds": bounds})
 
 
 @attrs.frozen
@@ -27,8 +31,8 @@ class Config:
     """What `trioq serve` runs with (field metadata holds each setting's help text)."""
 
     host: str = _setting("127.0.0.1", "address to bind")
-    port: int = _setting(6789, "TCP port (0 picks a free one)")
-    http_port: int = _setting(6790, "HTTP and WebSocket port (0 turns it off)")
+    port: int = _setting(6789, "TCP port (0 picks a free one)", PORT_RANGE)
+    http_port: int = _setting(6790, "HTTP and WebSocket port (0 turns it off)", PORT_RANGE)
     data_dir: str = _setting("data", "directory of the SQLite store (created if missing)")
     memory: bool = _setting(False, "keep jobs in memory only (lost when the broker stops)")
     auth_tokens: frozenset[str] = _setting(
@@ -75,30 +79,53 @@ def convert(field: attrs.Attribute, value: Any, source: str) -> Any:  # type: ig
         if kind is frozenset:
             items = value.split(",") if isinstance(value, str) else list(value)
             return frozenset(str(item).strip() for item in items if str(item).strip())
-        return kind(value)  # type: ignore[misc]  # str, int or float
+        number = kind(value)  # type: ignore[misc]  # str, int or float
     except (TypeError, ValueError):
         raise ConfigError(f"{source}: {field.name} cannot be {value!r}") from None
+    bounds = field.metadata.get("bounds")
+    if bounds is not None and not bounds[0] <= number <= bounds[1]:
+        # Out of range is refused, never wrapped: the kernel would take port 99999 as 34463.
+        raise ConfigError(
+            f"{source}: {field.name} cannot be {value!r} (it must be {bounds[0]} to {bounds[1]})"
+        )
+    return number
 
 
 def load(file: str | None, environ: Mapping[str, str], flags: Mapping[str, Any]) -> Config:
     """Build the Config: defaults < TOML file < environment < command-line flags."""
-    values: dict[str, Any] = {}
     names = {field.name: field for field in settings()}
-    if file:
-        try:
-            with open(file, "rb") as handle:
-                table = tomllib.load(handle)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {file}: {exc}") from None
-        for key, value in table.items():
-            field = names.get(key.replace("-", "_"))
-            if field is None:
-                raise ConfigError(f"{file}: unknown setting {key}")
-            values[field.name] = convert(field, value, file)
+    layers = [_from_file(file, names) if file else {}, {}, {}]
     for field in names.values():
         env = environ.get(ENV_PREFIX + field.name.upper())
         if env is not None:
-            values[field.name] = convert(field, env, ENV_PREFIX + field.name.upper())
+            layers[1][field.name] = convert(field, env, ENV_PREFIX + field.name.upper())
     for name, value in flags.items():
-        values[name] = convert(names[name], value, "--" + name.replace("_", "-"))
-    return Config(**values)
+        layers[2][name] = convert(names[name], value, "--" + name.replace("_", "-"))
+    for layer, source in zip(layers, (file, "the environment", "the command line"), strict=True):
+        _check_storage(layer, source or "")
+    return Config(**{name: value for layer in layers for name, value in layer.items()})
+
+
+def _from_file(file: str, names: Mapping[str, attrs.Attribute]) -> dict[str, Any]:  # type: ignore[type-arg]
+    try:
+        with open(file, "rb") as handle:
+            table = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc}") from None
+    values = {}
+    for key, value in table.items():
+        field = names.get(key.replace("-", "_"))
+        if field is None:
+            raise ConfigError(f"{file}: unknown setting {key}")
+        values[field.name] = convert(field, value, file)
+    return values
+
+
+def _check_storage(layer: Mapping[str, Any], source: str) -> None:
+    """Refuse memory mode and a data directory given together by one source.
+
+    One of the two is a mistake, and guessing which would either lose jobs or keep files.
+    (A later source may still override an earlier one: `--memory` over a file's data_dir.)
+    """
+    if layer.get("memory") and "data_dir" in layer:
+        raise ConfigError(f"{source}: --memory keeps no files, so it cannot go with --data-dir")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from broker import __version__
 from broker.cli import build_parser, config_from_args
 from broker.config import Config, ConfigError, load
 from broker.logs import JsonFormatter, KeyValueFormatter
@@ -54,3 +55,34 @@ def test_structured_log_lines() -> None:
     assert (line["level"], line["logger"], line["msg"]) == ("info", "broker.app", "started ok")
     kv = KeyValueFormatter().format(record)
     assert 'level=info logger=broker.app msg="started ok"' in kv
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({"TRIOQ_PORT": "99999"}, "TRIOQ_PORT: port cannot be '99999' (it must be 0 to 65535)"),
+        ({"TRIOQ_HTTP_PORT": "70000"}, "TRIOQ_HTTP_PORT: http_port cannot be '70000'"),
+        ({"TRIOQ_PORT": "-1"}, "TRIOQ_PORT: port cannot be '-1'"),
+    ],
+)
+def test_ports_out_of_range_are_refused_not_wrapped(source: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load(None, source, {})
+    assert load(None, {"TRIOQ_PORT": "65535"}, {}).port == 65535
+
+
+def test_memory_and_a_data_dir_from_one_source_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--memory keeps no files, so it cannot go with"):
+        config_for(["--memory", "--data-dir", "/srv/q"], {})
+    with pytest.raises(ConfigError, match="the environment: --memory keeps no files"):
+        config_for([], {"TRIOQ_MEMORY": "1", "TRIOQ_DATA_DIR": "/srv/q"})
+    file = tmp_path / "trioq.toml"
+    file.write_text('data_dir = "/srv/q"\n')
+    assert config_for(["--config", str(file), "--memory"], {}).memory  # a later source wins
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"trioq {__version__}"

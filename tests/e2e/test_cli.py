@@ -1,11 +1,18 @@
-"""The command line: a data directory that cannot be used is a clear error, not a traceback."""
+"""The command line: a setting, port, host or data directory that cannot be used is one clear
+line (exit 2) before anything is created, not a traceback."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from broker import __version__
+from broker.cli import claim_data_dir
 from tests.e2e.conftest import BrokerFactory, FrameSocket
 
 
@@ -57,3 +64,60 @@ def test_a_second_broker_on_the_same_data_dir_is_refused(
     )
     with FrameSocket(first.address) as client:  # the first goes on, its jobs untouched
         assert client.call("GetState", id=job_id)["state"] == "waiting"
+
+
+def test_a_data_dir_held_by_another_trioq_is_refused_before_its_database_is_opened(
+    tmp_path: Path,
+) -> None:
+    held = claim_data_dir(str(tmp_path))  # as a running broker holds it
+    try:
+        result = serve("--data-dir", str(tmp_path))
+    finally:
+        os.close(held)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"trioq: error: {tmp_path / 'trioq.db'} is in use by another process "
+        "(one trioq per --data-dir)"
+    )
+    assert not (tmp_path / "trioq.db").exists()  # refused without waiting on SQLite's lock
+    os.close(claim_data_dir(str(tmp_path)))  # let go with the process: free again
+
+
+@pytest.mark.parametrize("flag", ["--port", "--http-port"])
+def test_a_port_in_use_is_one_line_and_creates_nothing(tmp_path: Path, flag: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serve("--host", "127.0.0.1", "--data-dir", str(tmp_path / "data"), flag, str(port))
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"trioq: error: cannot listen on 127.0.0.1:{port} ({flag}): Address already in use\n"
+    )
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--port", "99999"], "--port: port cannot be '99999' (it must be 0 to 65535)"),
+        (["--http-port", "70000"], "--http-port: http_port cannot be '70000'"),
+        (["--port", "-1"], "--port: port cannot be '-1'"),
+        (["--host", "no-such-host.invalid"], "cannot resolve --host no-such-host.invalid: "),
+        (["--memory"], "the command line: --memory keeps no files, so it cannot go with"),
+    ],
+)
+def test_bad_listen_settings_are_one_line_and_create_nothing(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    result = serve("--data-dir", str(tmp_path / "data"), *args)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"trioq: error: {error}")
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "data").exists()
+
+
+def test_version_is_printed() -> None:
+    command = [sys.executable, "-m", "broker", "--version"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stdout) == (0, f"trioq {__version__}\n")
