@@ -6,22 +6,21 @@ delivery per matching webhook in a bounded buffer (a full buffer drops the deliv
 it as failed), and worker tasks POST them with an HMAC-SHA256 signature of the body when the
 webhook has a secret, retrying with growing pauses.
 
-Targets on private, loopback, link-local or unspecified addresses, `localhost` and cloud
-metadata names are refused unless the operator allows private targets; host names are
-checked as written (they are not resolved when the webhook is added).
+Targets that are not globally routable are refused unless the operator allows private
+targets: when the webhook is added (the host as written) and again at each delivery (every
+address it resolves to, and the connection goes to the address checked); see
+webhook_targets.py. Redirects are not followed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 import attrs
-import httpx
+import httpcore
 import msgspec
 import trio
 
@@ -31,6 +30,7 @@ from store import Record
 from .engine.errors import EngineError
 from .engine.model import uuid7
 from .engine.state import EngineState
+from .webhook_targets import GuardedBackend, RefusedTarget, Resolver, refused_target, resolve
 
 log = logging.getLogger(__name__)
 
@@ -43,38 +43,6 @@ Reply = dict[str, Any]
 _json = msgspec.json.Encoder().encode
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(dict[str, Any]).decode
-
-
-def refused_target(url: str, allow_private: bool) -> str | None:
-    """Why `url` may not receive webhooks, or None when it may."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "Invalid URL format"
-    if parts.scheme not in ("http", "https"):
-        return "Webhook URL must use http or https protocol"
-    host = (parts.hostname or "").lower()
-    if not host:
-        return "Invalid URL format"
-    if allow_private:
-        return None
-    if host == "localhost" or host.endswith(".localhost"):
-        return "Webhook URL cannot point to localhost"
-    if host == "169.254.169.254" or host.endswith(".internal"):
-        return "Webhook URL cannot point to cloud metadata endpoints"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    for test, words in (
-        (address.is_loopback, "loopback IP"),
-        (address.is_link_local, "link-local IP"),
-        (address.is_unspecified, "unspecified IP"),
-        (address.is_private, "private IP"),
-    ):
-        if test:
-            return f"Webhook URL cannot point to {words}"
-    return None
 
 
 @attrs.define(slots=True, eq=False)
@@ -199,10 +167,17 @@ def signature(body: bytes, secret: str) -> str:
 class WebhookDispatcher:
     """Queues deliveries from the event bus and POSTs them from worker tasks."""
 
-    def __init__(self, engine: Any, retry_base_s: float = 1.0, workers: int = 4) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        retry_base_s: float = 1.0,
+        workers: int = 4,
+        resolver: Resolver = resolve,
+    ) -> None:
         self.engine = engine
         self.retry_base_s = retry_base_s
         self.workers = workers
+        self.resolver = resolver
         self.stats: dict[str, dict[str, Any]] = engine.webhook_stats
         self.send, self.receive = trio.open_memory_channel[tuple[Webhook, dict[str, Any]]](
             DELIVERY_BUFFER
@@ -217,17 +192,25 @@ class WebhookDispatcher:
                 except trio.WouldBlock:
                     self._count(hook, ok=False, when=message["ts"])  # dropped, never waited for
 
+    def open_client(self) -> httpcore.AsyncConnectionPool:
+        """The HTTP client deliveries go through: connections only to permitted addresses
+        (see GuardedBackend), no proxies from the environment, no redirects followed."""
+        backend = GuardedBackend(self.engine.allow_private_webhooks, self.resolver)
+        return httpcore.AsyncConnectionPool(network_backend=backend)
+
     async def run(self) -> None:
         """Deliver until cancelled."""
-        async with httpx.AsyncClient(timeout=TIMEOUT_S) as client, trio.open_nursery() as nursery:
+        async with self.open_client() as client, trio.open_nursery() as nursery:
             for _ in range(self.workers):
                 nursery.start_soon(self._deliver_loop, client)
 
-    async def _deliver_loop(self, client: httpx.AsyncClient) -> None:
+    async def _deliver_loop(self, client: httpcore.AsyncConnectionPool) -> None:
         async for hook, message in self.receive:
             await self.deliver(client, hook, message)
 
-    async def deliver(self, client: httpx.AsyncClient, hook: Webhook, message: dict) -> bool:
+    async def deliver(
+        self, client: httpcore.AsyncConnectionPool, hook: Webhook, message: dict
+    ) -> bool:
         """POST one event, retrying; returns whether a 2xx answer came."""
         data = message["data"]
         payload = {"event": message["event"].replace(":", "."), "timestamp": message["ts"],
@@ -240,11 +223,15 @@ class WebhookDispatcher:
             headers["x-webhook-signature"] = signature(body, hook.secret)
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                response = await client.post(hook.url, content=body, headers=headers)
-                if 200 <= response.status_code < 300:
+                status = await post(client, hook.url, body, headers)
+                if 200 <= status < 300:
                     self._count(hook, ok=True, when=message["ts"])
                     return True
-            except httpx.HTTPError as exc:
+            except RefusedTarget as exc:
+                log.warning("webhook %s: refused target: %s", hook.id, exc)
+                break  # retrying would ask the same resolver about the same name
+            except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError,
+                    httpcore.UnsupportedProtocol, trio.TooSlowError) as exc:  # fmt: skip
                 log.info("webhook %s: delivery failed: %s", hook.id, exc)
             if attempt < ATTEMPTS:
                 await trio.sleep(self.retry_base_s * attempt)
@@ -256,3 +243,12 @@ class WebhookDispatcher:
         key = "successCount" if ok else "failureCount"
         stats[key] = stats.get(key, 0) + 1
         stats["lastTriggered"] = when
+
+
+async def post(
+    client: httpcore.AsyncConnectionPool, url: str, body: bytes, headers: dict[str, str]
+) -> int:
+    """POST `body` to `url` (the response body is read and dropped); returns the status."""
+    with trio.fail_after(TIMEOUT_S):
+        response = await client.request("POST", url, headers=list(headers.items()), content=body)
+    return response.status
