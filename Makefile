@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 6789
+ARGS ?=
+# `make test INSTALL_NODE=no` never installs Node.js; by default root installs it with apt-get.
+INSTALL_NODE ?= yes
 
 TS_INTEROP := tests/interop/ts
 
@@ -21,19 +24,33 @@ $(BIN)/.installed-test: pyproject.toml
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $(BIN)/.installed $@
 
+# Extra options go in ARGS: make serve ARGS="--http-port 0 --data-dir /tmp/q"
 serve: $(BIN)/.installed
-	$(BIN)/trioq serve --host $(HOST) --port $(PORT)
+	$(BIN)/trioq serve --host $(HOST) --port $(PORT) $(ARGS)
 
 lint: $(BIN)/.installed-test
 	$(BIN)/ruff check broker protocol store tests benchmarks
 	$(BIN)/mypy
 
+# npm for the TypeScript interop test. Missing npm is installed with apt-get when make runs
+# as root (as CI does); otherwise `make test` stops with one line saying what to install.
+# These are expanded only when the interop install has to run.
+NODE_MISSING = make test needs Node.js and npm for the TypeScript interop test (npm downloads \
+about 113 MB into $(TS_INTEROP)): install them (e.g. sudo apt-get install nodejs npm) and rerun
+APT_NODE = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm
+can_install_node = $(and $(filter yes,$(INSTALL_NODE)),$(filter 0,$(shell id -u)),\
+	$(shell command -v apt-get))
+npm_ready = $(or $(shell command -v npm),\
+	$(if $(can_install_node),$(shell $(APT_NODE) >&2 && command -v npm)))
+
 # The TypeScript SDK and bun for the interop test, pinned by package-lock.json.
 $(TS_INTEROP)/node_modules/.installed: $(TS_INTEROP)/package.json $(TS_INTEROP)/package-lock.json
+	$(if $(npm_ready),,$(error $(NODE_MISSING)))
 	cd $(TS_INTEROP) && npm ci --no-audit --no-fund
 	touch $@
 
-test: lint $(TS_INTEROP)/node_modules/.installed
+# The interop install comes first: a machine without npm learns it before the long lint.
+test: $(TS_INTEROP)/node_modules/.installed lint
 	$(BIN)/pytest -q
 
 bench: $(BIN)/.installed-test

@@ -4,6 +4,7 @@ line (exit 2) before anything is created, not a traceback."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,7 +14,9 @@ import pytest
 
 from broker import __version__
 from broker.cli import claim_data_dir
-from tests.e2e.conftest import BrokerFactory, FrameSocket
+from tests.e2e.conftest import ROOT, BrokerFactory, FrameSocket
+
+MAKE = shutil.which("make") or "make"
 
 
 def serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -121,3 +124,67 @@ def test_version_is_printed() -> None:
     command = [sys.executable, "-m", "broker", "--version"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=30)
     assert (result.returncode, result.stdout) == (0, f"trioq {__version__}\n")
+
+
+def make_checkout(tmp_path: Path, tools: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """A copy of the Makefile and the interop package files, and an environment whose PATH
+    holds only the given fake tools (shell scripts), so no real npm or apt-get can run."""
+    checkout = tmp_path / "checkout"
+    interop = checkout / "tests" / "interop" / "ts"
+    interop.mkdir(parents=True)
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, checkout)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(ROOT / "tests" / "interop" / "ts" / name, interop)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, script in {"touch": 'exec /usr/bin/touch "$@"', **tools}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
+        (bin_dir / name).chmod(0o755)
+    return checkout, {"PATH": str(bin_dir)}
+
+
+def make(checkout: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    command = [MAKE, "-s", *args]
+    return subprocess.run(
+        command, cwd=checkout, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_make_test_without_npm_says_so_in_one_line(tmp_path: Path) -> None:
+    checkout, env = make_checkout(tmp_path, {"id": "echo 1000"})  # not root: no apt-get
+    result = make(checkout, env, "tests/interop/ts/node_modules/.installed")
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert "make test needs Node.js and npm for the TypeScript interop test" in line
+    assert "about 113 MB" in line
+    assert not (checkout / "tests" / "interop" / "ts" / "node_modules").exists()
+
+
+def test_make_test_as_root_installs_npm_with_apt_get(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    fake_npm = 'echo "npm $*" >> ../../../calls; mkdir -p node_modules'
+    apt_get = (
+        f'echo "apt-get $*" >> {tmp_path}/calls\n'
+        f"if [ \"$1\" = install ]; then printf '#!/bin/sh\\n%s\\n' '{fake_npm}' > {bin_dir}/npm; "
+        f"chmod +x {bin_dir}/npm; fi"
+    )
+    checkout, env = make_checkout(tmp_path, {"id": "echo 0", "apt-get": apt_get,
+                                             "mkdir": 'exec /bin/mkdir "$@"',
+                                             "chmod": 'exec /bin/chmod "$@"'})  # fmt: skip
+    result = make(checkout, env, "tests/interop/ts/node_modules/.installed")
+    assert result.returncode == 0, result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines() + (
+        (checkout / "calls").read_text().splitlines()
+    )
+    assert "apt-get install -y -qq nodejs npm" in calls
+    assert "npm ci --no-audit --no-fund" in calls
+    assert (checkout / "tests" / "interop" / "ts" / "node_modules" / ".installed").exists()
+
+
+def test_make_serve_passes_arguments_through(tmp_path: Path) -> None:
+    checkout, env = make_checkout(tmp_path, {})
+    result = make(checkout, env, "-n", "serve", "ARGS=--http-port 0 --data-dir /tmp/q")
+    assert result.stdout.splitlines()[-1] == (
+        ".venv/bin/trioq serve --host 127.0.0.1 --port 6789 --http-port 0 --data-dir /tmp/q"
+    )
