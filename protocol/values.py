@@ -106,6 +106,12 @@ def optional_str(value: Any, field: str) -> str | None:
     raise CommandError(f"{field} must be a string")
 
 
+def lease_token(value: Any, field: str) -> str | None:
+    """Read an optional lock token; an empty one is no token (a `useLocks: false` worker of
+    the official client settles with `token: ""`)."""
+    return optional_str(value, field) or None
+
+
 def required_str(value: Any, field: str) -> str:
     """Read a required, non-empty string (`<field> is required`)."""
     if value is None or value == "":

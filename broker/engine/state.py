@@ -51,6 +51,9 @@ from .timers import TimerWheel
 
 NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
 READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports can change
+# Ids of completed jobs the broker no longer holds (removeOnComplete, retention) that still
+# satisfy a later `dependsOn`; the oldest are dropped past this many (memory only).
+KEEP_DONE_IDS = 50_000
 
 
 class EngineState(DeadlineRules, DeadLetterRules):
@@ -68,6 +71,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.queues: dict[str, QueueState] = {}
         self.keys = KeyRegistry()
         self.dependents: dict[str, list[str]] = {}
+        self.done_ids: dict[str, None] = {}  # insertion-ordered: oldest first
         self.wheel = TimerWheel()
         self.completed = Retention(COMPLETED, keep_completed, keep_completed_ms)
         self.failed = Retention(FAILED, keep_failed, keep_failed_ms)
@@ -193,9 +197,22 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if self.emitting:
             self.events.append((kind, job, extra))
 
+    def completed_once(self, job_id: str) -> bool:
+        """Whether `job_id` completed (held now, or forgotten since): a satisfied dependency."""
+        job = self.jobs.get(job_id)
+        return job.state == COMPLETED if job is not None else job_id in self.done_ids
+
+    def _remember_done(self, job_id: str) -> None:
+        done = self.done_ids
+        done[job_id] = None
+        if len(done) > KEEP_DONE_IDS:
+            del done[next(iter(done))]
+
     def add(self, job: Job, now: float) -> None:
         """Register a new job and place it by its dependencies and run time."""
         self.jobs[job.id] = job
+        if self.done_ids:
+            self.done_ids.pop(job.id, None)  # the id is live again (a reused custom id)
         job.state = ""
         self._take_keys(job, now)
         self._arm_ttl(job)
@@ -272,8 +289,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
     def _wait_for_dependencies(self, job: Job, now: float) -> None:
         pending = 0
         for dep_id in job.depends_on:
-            dep = self.jobs.get(dep_id)
-            if dep is None or dep.state != COMPLETED:
+            if not self.completed_once(dep_id):
                 pending += 1
                 waiting = self.dependents.setdefault(dep_id, [])
                 if job.id not in waiting:
@@ -299,7 +315,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
 
     def make_ready(self, job: Job) -> None:
         """Put a job in its queue's ready heap and mark the queue for waiting pulls."""
-        self._enter(job, PRIORITIZED if job.priority > 0 and job.group_id is None else WAITING)
+        self._enter(job, PRIORITIZED if job.priority > 0 else WAITING)
         queue = self.queue(job.queue)
         queue.push_ready(job, next(self._seq))
         if queue.waiters:
@@ -413,6 +429,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self._release_unique(job)
         if remove:
             self._forget(job)
+            self._remember_done(job.id)
         else:
             job.completed_at = now
             job.result = result
@@ -503,6 +520,8 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 self.schedule(dependent, now)
 
     def _forget(self, job: Job) -> None:
+        if job.state == COMPLETED:
+            self._remember_done(job.id)
         if job.state:
             self._leave(self.queue(job.queue), job)
         self.finished.append(job)
