@@ -26,6 +26,7 @@ from .values import (
     finite,
     flag,
     integer,
+    is_whole,
     number,
     optional_str,
     str_list,
@@ -124,7 +125,7 @@ def dedup_options(value: Any) -> tuple[float | int | None, bool, bool]:
 
 def check_group_priority(priority: float) -> None:
     """With a group, priority is an integer from 0 (first) through 2,097,151."""
-    if not isinstance(priority, int):
+    if not is_whole(priority):
         raise CommandError("priority must be an integer when groupId is set")
     at_least(priority, 0, "priority")
     at_most(priority, MAX_GROUP_PRIORITY, "priority")

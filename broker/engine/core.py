@@ -94,6 +94,7 @@ class Engine(
         self.allow_private_webhooks = False
         self.crons: dict[str, Cron] = {}
         self.changed_crons: set[str] = set()
+        self.prometheus = None
         self._handlers: dict[type, Any] = {
             cmd.Push: self.push,
             cmd.PushBatch: self.push_batch,

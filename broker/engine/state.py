@@ -47,6 +47,7 @@ from .model import (
     uuid7,
 )
 from .queues import QueueState
+from .telemetry import QueueTelemetry
 from .timers import TimerWheel
 
 NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
@@ -87,6 +88,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.finished: list[Job] = []
         self.changed_settings: set[str] = set()
         self.totals = {"pushed": 0, "pulled": 0, "completed": 0, "failed": 0}
+        self.telemetry = QueueTelemetry()  # per-queue minute counts (Metrics {queue, type})
         # Latency observers (metrics): called with ms waited before a start, ms of processing.
         self.on_start: Any = None
         self.on_complete: Any = None
@@ -439,6 +441,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             mark_finished(job)
             self._retain(self.completed, job, now)
         self.totals["completed"] += 1
+        self.telemetry.record(job.queue, COMPLETED, now)
         if self.on_complete is not None and job.started_at is not None:
             self.on_complete(now - job.started_at)
         self.emit("completed", job)
@@ -458,6 +461,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self._release_unique(job)
         job.failed_reason = reason
         self.totals["failed"] += 1
+        self.telemetry.record(job.queue, FAILED, now)
         self.emit("failed", job, error=reason)
         if remove:
             self._forget(job)

@@ -196,8 +196,9 @@ def hello_reply() -> dict[str, Any]:
 
 
 def ping_reply(now_ms: float) -> dict[str, Any]:
-    """The Ping answer."""
-    return {"ok": True, "data": {"pong": True, "time": int(now_ms)}}
+    """The Ping answer. The time is a float: as a 64-bit integer, msgpackr (the official
+    client) would decode it as a BigInt, which JSON.stringify refuses."""
+    return {"ok": True, "data": {"pong": True, "time": float(int(now_ms))}}
 
 
 class TcpServer:

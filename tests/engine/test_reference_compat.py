@@ -4,8 +4,9 @@ batch token checks, dependency rules, dedup replace, and the commands those clie
 from __future__ import annotations
 
 import pytest
+import trio
 
-from tests.engine.test_push_pull import push, state_of
+from tests.engine.test_push_pull import pull_ids, push, state_of
 from tests.support.client import FrameClient
 
 
@@ -138,3 +139,86 @@ async def test_a_grouped_job_with_a_priority_is_prioritized(client: FrameClient)
     assert await state_of(client, first_in_group) == "waiting"
     counts = (await client.call("GetJobCounts", queue="q"))["counts"]
     assert (counts["prioritized"], counts["waiting"]) == (1, 1)
+
+
+# -- numbers a JavaScript client reads as numbers --------------------------------------------
+
+
+def big_integers(value: object, path: str = "") -> list[str]:
+    """Where a reply holds an integer that MessagePack sends in 64 bits (msgspec writes every
+    integer in its smallest form), which msgpackr decodes as a BigInt, not a number."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [path] if not -(2**31) <= value < 2**32 else []
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in big_integers(item, f"{path}.{key}")]
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in big_integers(item, f"{path}[{i}]")]
+    return []
+
+
+async def test_ping_time_and_every_timestamp_are_js_numbers(client: FrameClient) -> None:
+    job_id = await push(client, timestamp=1_800_000_000_000, ttl=10_000_000_000, jobId="t")
+    await push(client, "r", repeat={"every": 1000, "startDate": 1_800_000_000_000.0})
+    await client.call("PULL", queue="q", owner="w")
+    await client.call("AddLog", id=job_id, message="m")
+    await client.call("Cron", name="c", queue="q", data={}, repeatEvery=60000, timezone="UTC")
+    await client.call("RegisterWorker", name="w", queues=["q"], pid=1, startedAt=1_800_000_000_000)
+    replies = [
+        await client.call("Ping"),
+        await client.call("GetJob", id=job_id),
+        await client.call("GetJobs", queue="q"),
+        await client.call("GetJobs", queue="r"),
+        await client.call("GetLogs", id=job_id),
+        await client.call("CronList"),
+        await client.call("ListWorkers"),
+        await client.call("Stats"),
+        await client.call("Metrics"),
+        await client.call("Metrics", queue="q", type="completed"),
+    ]
+    assert isinstance(replies[0]["data"]["time"], float)
+    found = [path for reply in replies for path in big_integers(reply)]
+    assert found == []
+
+
+# -- commands the official client sends ------------------------------------------------------
+
+
+async def test_prometheus_command_answers_the_exposition_text(client: FrameClient) -> None:
+    await push(client)
+    reply = await client.call("Prometheus")
+    assert reply["ok"] is True
+    assert 'trioq_jobs{queue="q",state="waiting"} 1.0' in reply["data"]["metrics"]
+
+
+async def test_metrics_of_a_queue_counts_finishes_per_minute(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    for _ in range(3):
+        await push(client)
+    for job_id in await pull_ids(client):
+        await client.call("ACK", id=job_id)
+    await trio.sleep(120)  # two minutes on: one empty minute between
+    await push(client)
+    await client.call("ACK", id=(await pull_ids(client))[0])
+    reply = await client.call("Metrics", queue="q", type="completed")
+    assert reply["data"]["data"] == [1, 0, 3]  # newest minute first
+    assert reply["data"]["count"] == 3
+    assert reply["data"]["meta"]["count"] == 4
+    assert reply["data"]["meta"]["prevCount"] == 1
+    page = await client.call("Metrics", queue="q", type="completed", start=1, end=1)
+    assert page["data"]["data"] == [0]
+    failed = await client.call("Metrics", queue="q", type="failed")
+    assert failed["data"] == {"meta": {"count": 0, "prevTS": 0.0, "prevCount": 0}, "data": [],
+                              "count": 0}  # fmt: skip
+    assert "metrics" in await client.call("Metrics")  # without a queue: the global shape
+    bad = await client.call("Metrics", queue="q", type="waiting")
+    assert bad["error"] == "Metrics type must be 'completed' or 'failed'"
+
+
+async def test_trim_events_answers_how_many_were_removed(client: FrameClient) -> None:
+    reply = await client.call("TrimEvents", queue="q", maxLength=10)
+    assert reply["data"] == {"removed": 0}
+    bad = await client.call("TrimEvents", queue="q", maxLength=-1)
+    assert bad["error"] == "maxLength must be a non-negative safe integer"
