@@ -13,6 +13,7 @@ from .values import at_least, finite, optional_str, queue_name, required_str
 
 JOB_STATES = ("waiting", "prioritized", "delayed", "active", "completed", "failed",
               "waiting-children")  # fmt: skip
+LIST_STATES = (*JOB_STATES, "paused")
 CLEAN_STATES = ("waiting", "wait", "delayed", "prioritized", "paused", "completed", "failed")
 
 
@@ -68,14 +69,18 @@ class GetJobs(QueueQuery, tag="GetJobs"):
     state: Any = None
     limit: Any = None
     offset: Any = None
+    explicit: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         states = [self.state] if isinstance(self.state, str) else self.state
+        # Only states asked for by name list a paused queue's ready jobs as `paused` (and not
+        # as waiting/prioritized), as in the reference.
+        self.explicit = states is not None
         if states is None:
             states = list(JOB_STATES)
-        if not isinstance(states, list) or not all(s in JOB_STATES for s in states):
-            raise CommandError(f"state must be one of {', '.join(JOB_STATES)}")
+        if not isinstance(states, list) or not all(s in LIST_STATES for s in states):
+            raise CommandError(f"state must be one of {', '.join(LIST_STATES)}")
         self.state = states
         self.limit = whole(self.limit, "limit", 100)
         self.offset = whole(self.offset, "offset", 0)

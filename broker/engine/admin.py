@@ -20,7 +20,16 @@ from store import Record
 
 from .dlq import RETRY_KEYS
 from .errors import EngineError
-from .model import ACTIVE, COMPLETED, FAILED, PRIORITIZED, QUEUED_STATES, WAITING, Job
+from .model import (
+    ACTIVE,
+    COMPLETED,
+    FAILED,
+    PRIORITIZED,
+    QUEUED_STATES,
+    READY_STATES,
+    WAITING,
+    Job,
+)
 from .queues import QueueState
 from .state import EngineState
 
@@ -160,7 +169,15 @@ class AdminHandlers:
 
     def get_jobs(self, session: Any, command: cmd.GetJobs, now: float) -> Reply:
         """GetJobs: jobs in the states asked for, oldest first, one page."""
-        jobs = sorted(self._jobs_of(command.queue, set(command.state)), key=_age)
+        states = set(command.state)
+        queue = self.state.queues.get(command.queue)
+        if command.explicit and queue is not None and queue.paused:
+            # A paused queue's ready jobs are listed as paused, and only as paused.
+            paused = "paused" in states
+            states -= READY_STATES
+            if paused:
+                states |= READY_STATES
+        jobs = sorted(self._jobs_of(command.queue, states), key=_age)
         page = jobs[command.offset : command.offset + command.limit]
         return {"ok": True, "jobs": [job.to_wire_with_state() for job in page]}
 

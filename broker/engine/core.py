@@ -29,7 +29,9 @@ from .model import (
     ACTIVE,
     COMPLETED,
     COUNTED_STATES,
+    PRIORITIZED,
     UNKNOWN,
+    WAITING,
     WAITING_CHILDREN,
     Job,
     job_from_push,
@@ -473,10 +475,14 @@ class Engine(
         return {"ok": True, "id": command.id, "result": result}
 
     def get_job_counts(self, session: Any, command: cmd.GetJobCounts, now: float) -> Reply:
-        """GetJobCounts: jobs of the queue by state, plus `paused` (0: pausing comes later)."""
+        """GetJobCounts: jobs of the queue by state; a paused queue's ready jobs (waiting and
+        prioritized) count as `paused` instead, as GetJobs lists them."""
         queue = self.state.queues.get(command.queue)
         counts = dict(queue.counts) if queue else dict.fromkeys(COUNTED_STATES, 0)
         counts["paused"] = 0
+        if queue is not None and queue.paused:
+            counts["paused"] = counts[WAITING] + counts[PRIORITIZED]
+            counts[WAITING] = counts[PRIORITIZED] = 0
         return {"ok": True, "counts": counts}
 
     def count(self, session: Any, command: cmd.Count, now: float) -> Reply:

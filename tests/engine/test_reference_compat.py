@@ -222,3 +222,73 @@ async def test_trim_events_answers_how_many_were_removed(client: FrameClient) ->
     assert reply["data"] == {"removed": 0}
     bad = await client.call("TrimEvents", queue="q", maxLength=-1)
     assert bad["error"] == "maxLength must be a non-negative safe integer"
+
+
+# -- transitions and listings ----------------------------------------------------------------
+
+
+async def test_move_to_delayed_re_delays_a_queued_job(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    waiting = await push(client)
+    prioritized = await push(client, priority=3)
+    delayed = await push(client, delay=5000)
+    for job_id in (waiting, prioritized, delayed):
+        assert (await client.call("MoveToDelayed", id=job_id, delay=60000))["ok"] is True
+        assert await state_of(client, job_id) == "delayed"
+    job = (await client.call("GetJob", id=delayed))["job"]
+    assert job["runAt"] == job["createdAt"] + 60000  # re-delayed from now (no time passed)
+
+
+async def test_move_to_delayed_names_the_state_it_refuses(client: FrameClient) -> None:
+    done = await push(client)
+    await client.call("PULL", queue="q")
+    await client.call("ACK", id=done)
+    assert (await client.call("MoveToDelayed", id="ghost", delay=1))["error"] == "Job not found"
+    reply = await client.call("MoveToDelayed", id=done, delay=1)
+    assert reply["error"] == "Job is not active (current state: completed)"
+
+
+async def test_a_paused_queue_counts_and_lists_its_ready_jobs_as_paused(
+    client: FrameClient,
+) -> None:
+    waiting = await push(client)
+    prioritized = await push(client, priority=1)
+    delayed = await push(client, delay=60000)
+    await client.call("Pause", queue="q")
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["paused"], counts["waiting"], counts["prioritized"]) == (2, 0, 0)
+    assert counts["delayed"] == 1
+    listed = await client.call("GetJobs", queue="q", state="paused")
+    assert sorted(job["id"] for job in listed["jobs"]) == sorted([waiting, prioritized])
+    assert (await client.call("GetJobs", queue="q", state=["waiting"]))["jobs"] == []
+    everything = await client.call("GetJobs", queue="q")
+    assert {job["id"] for job in everything["jobs"]} == {waiting, prioritized, delayed}
+    await client.call("Resume", queue="q")
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["paused"], counts["waiting"], counts["prioritized"]) == (0, 1, 1)
+    assert (await client.call("GetJobs", queue="q", state="paused"))["jobs"] == []
+
+
+@pytest.mark.parametrize("name", ["", "n" * 257])
+async def test_a_job_name_is_a_non_empty_string_of_at_most_256(
+    client: FrameClient, name: object
+) -> None:
+    rule = "Job name must be a non-empty string of at most 256 characters"
+    reply = await client.call("PUSH", queue="q", name=name, data={})
+    assert reply["error"] == rule
+    items = [{"name": "ok", "data": 1}, {"name": name, "data": 2}]
+    batch = await client.call("PUSHB", queue="q", jobs=items)
+    assert batch["error"] == f"jobs[1]: {rule}"
+    assert (await client.call("GetJobCounts", queue="q"))["counts"]["waiting"] == 0
+    assert (await client.call("PUSH", queue="q", name="n" * 256, data={}))["ok"] is True
+
+
+async def test_dedup_extend_on_an_active_job_returns_that_job(client: FrameClient) -> None:
+    dedup = {"ttl": 60000, "extend": True}
+    first = await push(client, uniqueKey="k", dedup=dedup)
+    await client.call("PULL", queue="q")
+    again = await client.call("PUSH", queue="q", data={}, uniqueKey="k", dedup=dedup)
+    assert again == {"ok": True, "id": first, "reqId": again["reqId"]}
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["active"], counts["waiting"]) == (1, 0)
