@@ -389,6 +389,20 @@ class ListWorkers(Command, tag="ListWorkers"):
     """List registered workers."""
 
 
+class SubscribeEvents(Command, tag="SubscribeEvents"):
+    """This connection receives the queue's job events as `{type: "event", event}` frames
+    (one queue per connection: a second subscription replaces the first)."""
+
+    queue: Any = None
+
+    def __post_init__(self) -> None:
+        self.queue = queue_name(self.queue)
+
+
+class UnsubscribeEvents(Command, tag="UnsubscribeEvents"):
+    """Stop this connection's job events."""
+
+
 WIRE_COMMANDS: tuple[type[msgspec.Struct], ...] = (
     Hello,
     Auth,
@@ -411,4 +425,6 @@ WIRE_COMMANDS: tuple[type[msgspec.Struct], ...] = (
     UnregisterWorker,
     Heartbeat,
     ListWorkers,
+    SubscribeEvents,
+    UnsubscribeEvents,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+from tests.conftest import Connect
 from tests.engine.test_push_pull import pull_ids, push, state_of
 from tests.support.client import FrameClient
 
@@ -292,3 +293,27 @@ async def test_dedup_extend_on_an_active_job_returns_that_job(client: FrameClien
     assert again == {"ok": True, "id": first, "reqId": again["reqId"]}
     counts = (await client.call("GetJobCounts", queue="q"))["counts"]
     assert (counts["active"], counts["waiting"]) == (1, 0)
+
+
+async def test_subscribe_events_pushes_the_queue_job_events(
+    client: FrameClient, connect: Connect
+) -> None:
+    assert (await client.call("SubscribeEvents", queue="q"))["ok"] is True
+    other = await connect()
+    job_id = await push(other)
+    await push(other, "elsewhere")
+    await other.call("PULL", queue="q")
+    await other.call("ACK", id=job_id)
+    events = [(await client.receive())["event"] for _ in range(3)]
+    assert [(e["eventType"], e["jobId"], e["queue"]) for e in events] == [
+        ("pushed", job_id, "q"), ("pulled", job_id, "q"), ("completed", job_id, "q"),
+    ]  # fmt: skip
+    assert all(isinstance(e["timestamp"], float) for e in events)
+    assert (await client.call("UnsubscribeEvents"))["ok"] is True
+    await push(other)
+    assert (await client.call("Ping"))["ok"] is True  # the next frame is a reply, no event
+
+
+async def test_subscribe_events_needs_a_valid_queue(client: FrameClient) -> None:
+    reply = await client.call("SubscribeEvents", queue="bad queue")
+    assert reply["error"] == "Queue name contains invalid characters"
