@@ -53,6 +53,7 @@ def settings_record(queue: QueueState) -> Record:
         "concurrency": queue.concurrency,
         "stallConfig": queue.stall_config,
         "dlqConfig": queue.dlq_config,
+        "groups": queue.group_settings,
     }
     return Record(QUEUE, queue.name, _encode(body))
 
@@ -361,6 +362,7 @@ class AdminHandlers:
             queue.concurrency = body.get("concurrency")
             queue.stall_config = body.get("stallConfig") or {}
             queue.dlq_config = self._stored_dlq_config(queue, body.get("dlqConfig") or {})
+            queue.group_settings = body.get("groups") or {}
             queue.tokens = float(queue.rate_limit or 0)
             if queue.dlq_config:
                 self.state.apply_dlq_config(queue, now)

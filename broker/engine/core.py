@@ -23,6 +23,7 @@ from .crons import CRON, Cron, CronHandlers
 from .deadlines import GROUP_WAKE, WAIT_JOB
 from .errors import EngineError
 from .flows import FlowHandlers, find_cycle
+from .groups import GroupHandlers
 from .keys import DEBOUNCE, UNIQUE
 from .lifecycle import LifecycleHandlers
 from .model import (
@@ -81,7 +82,13 @@ def already_finalized() -> Reply:
 
 
 class Engine(
-    PullHandlers, LifecycleHandlers, CronHandlers, FlowHandlers, AdminHandlers, WebhookHandlers
+    PullHandlers,
+    LifecycleHandlers,
+    CronHandlers,
+    FlowHandlers,
+    AdminHandlers,
+    WebhookHandlers,
+    GroupHandlers,
 ):
     """The broker's single writer: executes commands against EngineState."""
 
@@ -121,6 +128,7 @@ class Engine(
             **self.flow_handlers(),
             **self.admin_handlers(),
             **self.webhook_handlers(),
+            **self.group_handlers(),
         }
 
     # -- the actor's entry points --------------------------------------------------------------

@@ -497,16 +497,27 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 return  # attached (UpdateParent) without being waited for
             if child.ignore_dependency_on_failure:
                 parent.ignored_failures = {**(parent.ignored_failures or {}), key: reason}
-            # The edge goes for good (stored), so neither a restart nor the child's retry and
-            # completion later counts it again.
-            parent.depends_on = [dep for dep in parent.depends_on if dep != child.id]
-            waiting = self.dependents.get(child.id)
-            if waiting and parent.id in waiting:
-                waiting.remove(parent.id)
-            self.touch(parent)
-            parent.pending_deps -= 1
-            if parent.pending_deps <= 0:
-                self.schedule(parent, now)
+            self.drop_dependency(parent, child.id, now)
+
+    def drop_dependency(self, parent: Job, dep_id: str, now: float) -> None:
+        """A waiting job stops waiting for `dep_id` (not completed); it is scheduled once
+        nothing else is pending. The edge goes for good (stored), so neither a restart nor the
+        dependency's completion later counts it again."""
+        parent.depends_on = [dep for dep in parent.depends_on if dep != dep_id]
+        waiting = self.dependents.get(dep_id)
+        if waiting and parent.id in waiting:
+            waiting.remove(parent.id)
+        self.touch(parent)
+        parent.pending_deps -= 1
+        if parent.pending_deps <= 0:
+            self.schedule(parent, now)
+
+    def wait_for_children(self, job: Job, now: float) -> None:
+        """An active job gives up its activation to wait for its unfinished dependencies
+        (MoveToWaitingChildren); it runs again when they complete."""
+        self._end_activity(job)
+        job.started_at = None
+        self._wait_for_dependencies(job, now)
 
     def _release_unique(self, job: Job) -> None:
         if job.unique_key is not None:
