@@ -17,7 +17,7 @@ import msgspec
 
 from protocol import flows as cmd
 
-from .errors import EngineError
+from .errors import EngineError, self_dependency
 from .model import COMPLETED, FAILED, Job, job_from_push
 from .state import EngineState
 
@@ -76,7 +76,8 @@ class FlowHandlers:
         for dep in fields.dependsOn or ():
             if dep == node.id:
                 raise EngineError(f"flow job cannot depend on itself: {node.id}")
-            if dep not in graph and dep not in self.state.jobs:
+            known = dep in self.state.jobs or dep in self.state.done_ids
+            if dep not in graph and not known:
                 raise EngineError(f"flow dependency not found: {dep}")
         parent_id = fields.parentId
         if parent_id is not None:
@@ -100,6 +101,8 @@ class FlowHandlers:
         parent = self.state.jobs.get(command.parentId)
         if child is None or parent is None:
             raise EngineError("Failed to update parent")
+        if child is parent:  # it would wait for itself (MoveToWaitingChildren)
+            raise self_dependency(child.id)
         child.parent_id = parent.id
         if child.id not in parent.children_ids:
             parent.children_ids = [*parent.children_ids, child.id]

@@ -282,7 +282,7 @@ class GroupHandlers:
         pending = [
             dep
             for dep in dict.fromkeys([*job.depends_on, *job.children_ids])
-            if not self.state.completed_once(dep)
+            if dep != job.id and not self.state.completed_once(dep)
         ]
         if not pending:
             return {"ok": True, "data": {"moved": False}}

@@ -317,3 +317,18 @@ async def test_subscribe_events_pushes_the_queue_job_events(
 async def test_subscribe_events_needs_a_valid_queue(client: FrameClient) -> None:
     reply = await client.call("SubscribeEvents", queue="bad queue")
     assert reply["error"] == "Queue name contains invalid characters"
+
+
+async def test_a_flow_may_depend_on_a_completed_and_removed_job(client: FrameClient) -> None:
+    done = await push(client, removeOnComplete=True)
+    await client.call("PULL", queue="q")
+    await client.call("ACK", id=done)
+    flow = [{"id": "f", "queue": "q", "input": {"name": "f", "data": 1, "dependsOn": [done]}}]
+    assert (await client.call("PUSHF", jobs=flow))["ok"] is True
+    assert await state_of(client, "f") == "waiting"
+
+
+async def test_a_job_cannot_become_its_own_parent(client: FrameClient) -> None:
+    job_id = await push(client)
+    reply = await client.call("UpdateParent", parentId=job_id, childId=job_id)
+    assert reply["error"] == f"Job cannot depend on itself: {job_id}"
