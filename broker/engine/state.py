@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import OrderedDict
 from typing import Any
 
 from .deadlines import (
@@ -72,7 +73,9 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.queues: dict[str, QueueState] = {}
         self.keys = KeyRegistry()
         self.dependents: dict[str, list[str]] = {}
-        self.done_ids: dict[str, None] = {}  # insertion-ordered: oldest first
+        # Oldest first. An OrderedDict drops its oldest in O(1); a dict's next(iter()) walks
+        # over the holes its front deletions leave, which grows with every eviction.
+        self.done_ids: OrderedDict[str, None] = OrderedDict()
         self.wheel = TimerWheel()
         self.completed = Retention(COMPLETED, keep_completed, keep_completed_ms)
         self.failed = Retention(FAILED, keep_failed, keep_failed_ms)
@@ -208,7 +211,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         done = self.done_ids
         done[job_id] = None
         if len(done) > KEEP_DONE_IDS:
-            del done[next(iter(done))]
+            done.popitem(last=False)
 
     def add(self, job: Job, now: float) -> None:
         """Register a new job and place it by its dependencies and run time."""
