@@ -123,6 +123,8 @@ class Engine(
             cmd.UnregisterWorker: self.workers.unregister,
             cmd.Heartbeat: self.workers.heartbeat,
             cmd.ListWorkers: self.workers.list,
+            cmd.SubscribeEvents: self.connection_only,
+            cmd.UnsubscribeEvents: self.connection_only,
             **self.lifecycle_handlers(),
             **self.cron_handlers(),
             **self.flow_handlers(),
@@ -130,6 +132,12 @@ class Engine(
             **self.webhook_handlers(),
             **self.group_handlers(),
         }
+
+    def connection_only(self, session: Any, command: Any, now: float) -> Reply:
+        """A command the TCP connection answers itself, reaching the engine from another
+        transport (WebSocket clients subscribe with `Subscribe`)."""
+        name = type(command).__name__
+        raise EngineError(f"{name} is only available over TCP (WebSocket: use Subscribe)")
 
     # -- the actor's entry points --------------------------------------------------------------
 

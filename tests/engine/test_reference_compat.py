@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import trio
 
+from broker.engine.core import Engine
+from protocol.commands import SubscribeEvents
 from tests.conftest import Connect
 from tests.engine.test_push_pull import pull_ids, push, state_of
 from tests.support.client import FrameClient
@@ -332,3 +334,17 @@ async def test_a_job_cannot_become_its_own_parent(client: FrameClient) -> None:
     job_id = await push(client)
     reply = await client.call("UpdateParent", parentId=job_id, childId=job_id)
     assert reply["error"] == f"Job cannot depend on itself: {job_id}"
+
+
+def test_subscribe_events_from_another_transport_is_a_clear_error() -> None:
+    class Session:
+        def __init__(self) -> None:
+            self.replies: list[dict[str, object]] = []
+
+        def reply(self, reply: dict[str, object], req_id: object) -> None:
+            self.replies.append(reply)
+
+    session = Session()
+    Engine().execute(session, SubscribeEvents(queue="q"), 0.0)
+    error = "SubscribeEvents is only available over TCP (WebSocket: use Subscribe)"
+    assert session.replies == [{"ok": False, "error": error}]
