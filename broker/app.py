@@ -68,6 +68,7 @@ class App:
         actor.on_pass = metrics.pass_commands.observe
         http = self.http = HttpServer(actor, metrics, config.auth_tokens)
         engine = actor.engine
+        engine.prometheus = lambda: metrics.render().decode()  # the Prometheus command
         engine.allow_private_webhooks = config.allow_private_webhooks
         dispatcher = WebhookDispatcher(engine, retry_base_s=config.webhook_retry_s)
         actor.bus.add_listener(dispatcher.on_event, engine.has_webhooks)

@@ -28,6 +28,20 @@ def event_message(kind: str, job: Any, extra: dict[str, Any], now_ms: float) -> 
     return {"event": f"job:{kind}", "ts": now_ms, "data": data}
 
 
+# The reference's JobEvent type names, where trioq's differ.
+REFERENCE_EVENT_TYPES = {"active": "pulled"}
+
+
+def tcp_event_frame(message: dict[str, Any]) -> dict[str, Any]:
+    """A bus message as the reference pushes it to a TCP subscriber (`SubscribeEvents`):
+    `{type: "event", event: {eventType, queue, jobId, timestamp, ...}}`."""
+    kind = message["event"].removeprefix("job:")
+    event = dict(message["data"])
+    event["eventType"] = REFERENCE_EVENT_TYPES.get(kind, kind)
+    event["timestamp"] = float(message["ts"])
+    return {"type": "event", "event": event}
+
+
 class Subscription:
     """One subscriber: which events it wants, its bounded buffer, and why it was dropped."""
 

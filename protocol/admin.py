@@ -9,10 +9,11 @@ import msgspec
 
 from .commands import Command, QueueQuery
 from .errors import CommandError
-from .values import at_least, finite, optional_str, required_str
+from .values import at_least, finite, optional_str, queue_name, required_str
 
 JOB_STATES = ("waiting", "prioritized", "delayed", "active", "completed", "failed",
               "waiting-children")  # fmt: skip
+LIST_STATES = (*JOB_STATES, "paused")
 CLEAN_STATES = ("waiting", "wait", "delayed", "prioritized", "paused", "completed", "failed")
 
 
@@ -68,14 +69,18 @@ class GetJobs(QueueQuery, tag="GetJobs"):
     state: Any = None
     limit: Any = None
     offset: Any = None
+    explicit: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         states = [self.state] if isinstance(self.state, str) else self.state
+        # Only states asked for by name list a paused queue's ready jobs as `paused` (and not
+        # as waiting/prioritized), as in the reference.
+        self.explicit = states is not None
         if states is None:
             states = list(JOB_STATES)
-        if not isinstance(states, list) or not all(s in JOB_STATES for s in states):
-            raise CommandError(f"state must be one of {', '.join(JOB_STATES)}")
+        if not isinstance(states, list) or not all(s in LIST_STATES for s in states):
+            raise CommandError(f"state must be one of {', '.join(LIST_STATES)}")
         self.state = states
         self.limit = whole(self.limit, "limit", 100)
         self.offset = whole(self.offset, "offset", 0)
@@ -225,8 +230,54 @@ class Stats(Command, tag="Stats"):
     """Broker-wide job counts and rates."""
 
 
+METRIC_TYPES = ("completed", "failed")
+
+
+def whole_at_least(value: Any, field: str, default: int, minimum: int) -> int:
+    """An optional whole number of at least `minimum` (the reference refuses fractions)."""
+    if value is None:
+        return default
+    number = finite(value, field)
+    if number != math.floor(number) or number < minimum:
+        raise CommandError(f"{field} must be a non-negative safe integer")
+    return int(number)
+
+
 class Metrics(Command, tag="Metrics"):
-    """Broker-wide totals."""
+    """Broker-wide totals; with a `queue` (or a `type`), that queue's per-minute counts of
+    completed or failed jobs, newest minute first, entries `start`..`end` (-1: all)."""
+
+    queue: Any = None
+    type: Any = None
+    start: Any = None
+    end: Any = None
+
+    def __post_init__(self) -> None:
+        if self.queue is None and self.type is None:
+            return
+        if self.queue is None:
+            raise CommandError("Metrics queue is required")
+        self.queue = queue_name(self.queue)
+        if self.type not in METRIC_TYPES:
+            raise CommandError("Metrics type must be 'completed' or 'failed'")
+        self.start = whole_at_least(self.start, "start", 0, 0)
+        self.end = -1 if self.end == -1 else whole_at_least(self.end, "end", -1, 0)
+
+
+class Prometheus(Command, tag="Prometheus"):
+    """The Prometheus text exposition, over the protocol."""
+
+
+class TrimEvents(QueueQuery, tag="TrimEvents"):
+    """Trim the queue's stored event journal to its newest `maxLength` events."""
+
+    maxLength: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.maxLength is None:
+            raise CommandError("maxLength must be a non-negative safe integer")
+        self.maxLength = whole_at_least(self.maxLength, "maxLength", 0, 0)
 
 
 class StorageStatus(Command, tag="StorageStatus"):
@@ -237,5 +288,5 @@ ADMIN_COMMANDS: tuple[type[msgspec.Struct], ...] = (
     Pause, Resume, IsPaused, Drain, Obliterate, ListQueues, Clean, GetJobs,
     GetCountsPerPriority, GetJobByCustomId, Dlq, RetryDlq, PurgeDlq, RetryCompleted, RateLimit,
     RateLimitClear, SetConcurrency, ClearConcurrency, SetStallConfig, GetStallConfig,
-    SetDlqConfig, GetDlqConfig, Stats, Metrics, StorageStatus,
+    SetDlqConfig, GetDlqConfig, Stats, Metrics, StorageStatus, Prometheus, TrimEvents,
 )  # fmt: skip

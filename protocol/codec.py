@@ -20,6 +20,7 @@ from .crons import CRON_COMMANDS
 from .errors import CommandError
 from .extensions import ext_hook
 from .flows import FLOW_COMMANDS
+from .groups import GROUP_COMMANDS
 from .lifecycle import LIFECYCLE_COMMANDS
 from .webhooks import WEBHOOK_COMMANDS
 
@@ -30,6 +31,7 @@ ALL_COMMANDS = (
     + FLOW_COMMANDS
     + ADMIN_COMMANDS
     + WEBHOOK_COMMANDS
+    + GROUP_COMMANDS
 )
 COMMAND_NAMES = frozenset(cls.__struct_config__.tag for cls in ALL_COMMANDS)
 _AnyCommand = Union[ALL_COMMANDS]  # type: ignore[valid-type]  # noqa: UP007

@@ -20,6 +20,7 @@ from .values import (
     at_most,
     finite,
     flag,
+    lease_token,
     optional_str,
     queue_name,
     required_str,
@@ -223,7 +224,7 @@ class Ack(Command, tag="ACK"):
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
         self.result = raw_or_none(self.result, "result")  # type: ignore[assignment]  # bytes | None
-        self.token = optional_str(self.token, "token")
+        self.token = lease_token(self.token, "token")
         self.removeOnComplete = flag(self.removeOnComplete, "removeOnComplete")
 
 
@@ -244,8 +245,7 @@ class AckBatch(Command, tag="ACKB"):
         if self.tokens is not None:
             if not isinstance(self.tokens, list) or len(self.tokens) != len(self.ids):
                 raise CommandError("ACKB tokens length must match ids length")
-            for token in self.tokens:
-                optional_str(token, "tokens[]")
+            self.tokens = [lease_token(token, "tokens[]") for token in self.tokens]
 
 
 class Fail(Command, tag="FAIL"):
@@ -267,7 +267,7 @@ class Fail(Command, tag="FAIL"):
                 raise CommandError("stack must be an array of strings")
             self.stack = [line if isinstance(line, str) else str(line) for line in self.stack]
         self.unrecoverable = flag(self.unrecoverable, "unrecoverable")
-        self.token = optional_str(self.token, "token")
+        self.token = lease_token(self.token, "token")
         self.removeOnFail = flag(self.removeOnFail, "removeOnFail")
 
 
@@ -323,7 +323,7 @@ class JobHeartbeat(Command, tag="JobHeartbeat"):
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
-        self.token = optional_str(self.token, "token")
+        self.token = lease_token(self.token, "token")
         self.duration = optional_finite(self.duration, "duration")
 
 
@@ -336,8 +336,10 @@ class JobHeartbeatB(Command, tag="JobHeartbeatB"):
     def __post_init__(self) -> None:
         if not isinstance(self.ids, list) or not all(isinstance(i, str) for i in self.ids):
             raise CommandError("ids must be an array of strings")
-        if self.tokens is not None and not isinstance(self.tokens, list):
-            raise CommandError("tokens must be an array")
+        if self.tokens is not None:
+            if not isinstance(self.tokens, list):
+                raise CommandError("tokens must be an array")
+            self.tokens = [lease_token(token, "tokens[]") for token in self.tokens]
 
 
 class RegisterWorker(Command, tag="RegisterWorker"):
@@ -387,6 +389,20 @@ class ListWorkers(Command, tag="ListWorkers"):
     """List registered workers."""
 
 
+class SubscribeEvents(Command, tag="SubscribeEvents"):
+    """This connection receives the queue's job events as `{type: "event", event}` frames
+    (one queue per connection: a second subscription replaces the first)."""
+
+    queue: Any = None
+
+    def __post_init__(self) -> None:
+        self.queue = queue_name(self.queue)
+
+
+class UnsubscribeEvents(Command, tag="UnsubscribeEvents"):
+    """Stop this connection's job events."""
+
+
 WIRE_COMMANDS: tuple[type[msgspec.Struct], ...] = (
     Hello,
     Auth,
@@ -409,4 +425,6 @@ WIRE_COMMANDS: tuple[type[msgspec.Struct], ...] = (
     UnregisterWorker,
     Heartbeat,
     ListWorkers,
+    SubscribeEvents,
+    UnsubscribeEvents,
 )

@@ -26,6 +26,7 @@ from .values import (
     finite,
     flag,
     integer,
+    is_whole,
     number,
     optional_str,
     str_list,
@@ -35,6 +36,8 @@ from .values import (
 NO_DATA = msgspec.Raw()
 JS_UNDEFINED = b"\xd4\x00\x00"
 DEFAULT_MAX_ATTEMPTS = 3
+MAX_JOB_NAME = 256  # characters, as the reference counts them
+BAD_JOB_NAME = "Job name must be a non-empty string of at most 256 characters"
 DEFAULT_BACKOFF_MS = 1000
 MAX_BACKOFF_DELAY_MS = 86_400_000
 DEFAULT_STACK_TRACE_LIMIT = 10
@@ -124,7 +127,7 @@ def dedup_options(value: Any) -> tuple[float | int | None, bool, bool]:
 
 def check_group_priority(priority: float) -> None:
     """With a group, priority is an integer from 0 (first) through 2,097,151."""
-    if not isinstance(priority, int):
+    if not is_whole(priority):
         raise CommandError("priority must be an integer when groupId is set")
     at_least(priority, 0, "priority")
     at_most(priority, MAX_GROUP_PRIORITY, "priority")
@@ -231,6 +234,8 @@ class JobFields(msgspec.Struct, kw_only=True):
     def _check_data(self) -> None:
         raw = job_data(self.data)
         name = optional_str(self.name, "name")
+        if name is not None and not 0 < len(name) <= MAX_JOB_NAME:
+            raise CommandError(BAD_JOB_NAME)
         if name is None:
             name, raw = hoist_name(raw)
         self.name = name if name is not None else "default"

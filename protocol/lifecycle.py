@@ -19,6 +19,7 @@ from .values import (
     at_least,
     duration,
     finite,
+    lease_token,
     number,
     optional_str,
     queue_name,
@@ -37,7 +38,7 @@ class JobCommand(Command):
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
-        self.token = optional_str(self.token, "token")
+        self.token = lease_token(self.token, "token")
 
 
 class AddLog(JobCommand, tag="AddLog"):
@@ -130,7 +131,7 @@ class ExtendLocks(Command, tag="ExtendLocks"):
                 checked.append(lease_duration(value))
             except CommandError as exc:
                 raise CommandError(f"durations[{index}]: {exc}") from None
-        self.tokens = [optional_str(token, "tokens[]") for token in tokens]
+        self.tokens = [lease_token(token, "tokens[]") for token in tokens]
         self.durations = checked
 
 

@@ -24,11 +24,22 @@ _NUMERIC_TEXT = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*|\s*
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_\-.:]+")
 
 
+# Integers MessagePack carries in 32 bits. A larger one goes out in 64 bits, which msgpackr
+# (the official JS client) decodes as a BigInt, not a number; such values are kept as floats
+# (exact up to 2**53), as JavaScript itself sends them.
+JS_INT_MIN = -(2**31)
+JS_INT_END = 2**32
+
+
 def tidy_number(value: float) -> float | int:
-    """Return whole floats within the safe-integer range as ints, other numbers unchanged."""
-    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
-        return int(value)
-    return value
+    """Return whole floats within 32 bits as ints; other numbers as floats (see above)."""
+    if isinstance(value, float):
+        if value.is_integer() and JS_INT_MIN <= value < JS_INT_END:
+            return int(value)
+        return value
+    if JS_INT_MIN <= value < JS_INT_END:
+        return value
+    return float(value) if abs(value) <= MAX_SAFE_INTEGER else value
 
 
 def number(value: Any, field: str) -> float | int:
@@ -47,7 +58,7 @@ def number(value: Any, field: str) -> float | int:
 
 def finite(value: Any, field: str) -> float | int:
     """Read a finite number; NaN and infinities fail with `<field> must be a finite number`."""
-    if value.__class__ is int:
+    if value.__class__ is int and JS_INT_MIN <= value < JS_INT_END:
         return value
     result = number(value, field)
     if isinstance(result, float) and not math.isfinite(result):
@@ -91,12 +102,17 @@ def duration(value: Any, field: str, *, minimum: float | None = None) -> float |
     return clamp_duration(result)
 
 
+def is_whole(value: float) -> bool:
+    """Whether a number is whole (beyond 32 bits a whole number is kept as a float)."""
+    return isinstance(value, int) or value.is_integer()
+
+
 def integer(value: Any, field: str) -> int:
     """Read a finite number that must be whole."""
     result = finite(value, field)
-    if not isinstance(result, int):
+    if not is_whole(result):
         raise CommandError(f"{field} must be an integer")
-    return result
+    return result  # type: ignore[return-value]  # whole; a float only beyond 32 bits
 
 
 def optional_str(value: Any, field: str) -> str | None:
@@ -104,6 +120,12 @@ def optional_str(value: Any, field: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise CommandError(f"{field} must be a string")
+
+
+def lease_token(value: Any, field: str) -> str | None:
+    """Read an optional lock token; an empty one is no token (a `useLocks: false` worker of
+    the official client settles with `token: ""`)."""
+    return optional_str(value, field) or None
 
 
 def required_str(value: Any, field: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -19,7 +20,16 @@ from store import Record
 
 from .dlq import RETRY_KEYS
 from .errors import EngineError
-from .model import ACTIVE, COMPLETED, FAILED, PRIORITIZED, QUEUED_STATES, WAITING, Job
+from .model import (
+    ACTIVE,
+    COMPLETED,
+    FAILED,
+    PRIORITIZED,
+    QUEUED_STATES,
+    READY_STATES,
+    WAITING,
+    Job,
+)
 from .queues import QueueState
 from .state import EngineState
 
@@ -43,6 +53,7 @@ def settings_record(queue: QueueState) -> Record:
         "concurrency": queue.concurrency,
         "stallConfig": queue.stall_config,
         "dlqConfig": queue.dlq_config,
+        "groups": queue.group_settings,
     }
     return Record(QUEUE, queue.name, _encode(body))
 
@@ -52,6 +63,8 @@ class AdminHandlers:
 
     state: EngineState
     started_ms: float
+    # Renders the Prometheus exposition; the app sets it (the engine knows no HTTP/metrics).
+    prometheus: Callable[[], str] | None
 
     def admin_handlers(self) -> dict[type, Any]:
         """Command type -> handler, for the engine's dispatch table."""
@@ -81,6 +94,8 @@ class AdminHandlers:
             cmd.Stats: self.stats,
             cmd.Metrics: self.metrics,
             cmd.StorageStatus: self.storage_status,
+            cmd.Prometheus: self.prometheus_metrics,
+            cmd.TrimEvents: self.trim_events,
         }
 
     def _jobs_of(self, queue: str, states: Any = None) -> list[Job]:
@@ -125,6 +140,7 @@ class AdminHandlers:
         for job in self._jobs_of(command.queue):
             self.state.remove(job)
         queue = self.state.queues.pop(command.queue, None)
+        self.state.telemetry.forget(command.queue)
         if queue is not None:
             self._settings_changed(queue)
             for waiter in queue.waiters:
@@ -154,7 +170,15 @@ class AdminHandlers:
 
     def get_jobs(self, session: Any, command: cmd.GetJobs, now: float) -> Reply:
         """GetJobs: jobs in the states asked for, oldest first, one page."""
-        jobs = sorted(self._jobs_of(command.queue, set(command.state)), key=_age)
+        states = set(command.state)
+        queue = self.state.queues.get(command.queue)
+        if command.explicit and queue is not None and queue.paused:
+            # A paused queue's ready jobs are listed as paused, and only as paused.
+            paused = "paused" in states
+            states -= READY_STATES
+            if paused:
+                states |= READY_STATES
+        jobs = sorted(self._jobs_of(command.queue, states), key=_age)
         page = jobs[command.offset : command.offset + command.limit]
         return {"ok": True, "jobs": [job.to_wire_with_state() for job in page]}
 
@@ -291,8 +315,14 @@ class AdminHandlers:
             },
         }
 
-    def metrics(self, session: Any, command: Any, now: float) -> Reply:
-        """Metrics: totals since start, and this process's memory."""
+    def metrics(self, session: Any, command: cmd.Metrics, now: float) -> Reply:
+        """Metrics: totals since start, and this process's memory; with a queue, its minute
+        counts of completed or failed jobs (`{meta, data, count}`, see telemetry.py)."""
+        if command.queue is not None:
+            view = self.state.telemetry.view(
+                command.queue, command.type, command.start, command.end
+            )
+            return {"ok": True, "data": view}
         totals = self.state.totals
         return {
             "ok": True,
@@ -304,6 +334,17 @@ class AdminHandlers:
                 "memoryUsageMb": rss_mib(),
             },
         }
+
+    def prometheus_metrics(self, session: Any, command: Any, now: float) -> Reply:
+        """Prometheus: the exposition text the HTTP `/prometheus` route serves."""
+        if self.prometheus is None:
+            raise EngineError("Prometheus metrics are not available")
+        return {"ok": True, "data": {"metrics": self.prometheus()}}
+
+    def trim_events(self, session: Any, command: cmd.TrimEvents, now: float) -> Reply:
+        """TrimEvents: trioq keeps no per-queue event journal (events go to listeners as they
+        happen), so there is never anything to trim."""
+        return {"ok": True, "data": {"removed": 0}}
 
     def storage_status(self, session: Any, command: Any, now: float) -> Reply:
         """StorageStatus: a broker whose store fails stops, so a running one is healthy."""
@@ -321,6 +362,7 @@ class AdminHandlers:
             queue.concurrency = body.get("concurrency")
             queue.stall_config = body.get("stallConfig") or {}
             queue.dlq_config = self._stored_dlq_config(queue, body.get("dlqConfig") or {})
+            queue.group_settings = body.get("groups") or {}
             queue.tokens = float(queue.rate_limit or 0)
             if queue.dlq_config:
                 self.state.apply_dlq_config(queue, now)

@@ -22,14 +22,18 @@ from .admin import AdminHandlers
 from .crons import CRON, Cron, CronHandlers
 from .deadlines import GROUP_WAKE, WAIT_JOB
 from .errors import EngineError
-from .flows import FlowHandlers
+from .flows import FlowHandlers, find_cycle
+from .groups import GroupHandlers
 from .keys import DEBOUNCE, UNIQUE
 from .lifecycle import LifecycleHandlers
 from .model import (
     ACTIVE,
     COMPLETED,
     COUNTED_STATES,
+    PRIORITIZED,
     UNKNOWN,
+    WAITING,
+    WAITING_CHILDREN,
     Job,
     job_from_push,
     uuid7,
@@ -78,7 +82,13 @@ def already_finalized() -> Reply:
 
 
 class Engine(
-    PullHandlers, LifecycleHandlers, CronHandlers, FlowHandlers, AdminHandlers, WebhookHandlers
+    PullHandlers,
+    LifecycleHandlers,
+    CronHandlers,
+    FlowHandlers,
+    AdminHandlers,
+    WebhookHandlers,
+    GroupHandlers,
 ):
     """The broker's single writer: executes commands against EngineState."""
 
@@ -93,6 +103,7 @@ class Engine(
         self.allow_private_webhooks = False
         self.crons: dict[str, Cron] = {}
         self.changed_crons: set[str] = set()
+        self.prometheus = None
         self._handlers: dict[type, Any] = {
             cmd.Push: self.push,
             cmd.PushBatch: self.push_batch,
@@ -112,12 +123,21 @@ class Engine(
             cmd.UnregisterWorker: self.workers.unregister,
             cmd.Heartbeat: self.workers.heartbeat,
             cmd.ListWorkers: self.workers.list,
+            cmd.SubscribeEvents: self.connection_only,
+            cmd.UnsubscribeEvents: self.connection_only,
             **self.lifecycle_handlers(),
             **self.cron_handlers(),
             **self.flow_handlers(),
             **self.admin_handlers(),
             **self.webhook_handlers(),
+            **self.group_handlers(),
         }
+
+    def connection_only(self, session: Any, command: Any, now: float) -> Reply:
+        """A command the TCP connection answers itself, reaching the engine from another
+        transport (WebSocket clients subscribe with `Subscribe`)."""
+        name = type(command).__name__
+        raise EngineError(f"{name} is only available over TCP (WebSocket: use Subscribe)")
 
     # -- the actor's entry points --------------------------------------------------------------
 
@@ -194,8 +214,11 @@ class Engine(
 
     def _admit(self, command: cmd.Push, now: float) -> str | None:
         """Check a PUSH's options; returns the id of the job it duplicates, if any."""
+        if command.jobId is not None and command.jobId in (command.dependsOn or ()):
+            raise errors.self_dependency(command.jobId)
         self._check_dependencies(command.dependsOn or (), ())
         check_repeat(command.repeat, now)
+        self._check_replace(command.queue, command, {})
         self._check_group_room(command.queue, [command])
         return self._settle_duplicate(command.queue, command, command.jobId, now)
 
@@ -204,12 +227,19 @@ class Engine(
         items: list[Any] = command.jobs  # type: ignore[assignment]
         queue = command.queue
         batch_ids = {item.customId for item in items if item.customId is not None}
+        earlier_keys: dict[str, str] = {}  # uniqueKey -> customId (or "") of its first item
         for index, item in enumerate(items):
             try:
+                if item.customId is not None and item.customId in (item.dependsOn or ()):
+                    raise errors.self_dependency(item.customId)
                 self._check_dependencies(item.dependsOn or (), batch_ids)
                 check_repeat(item.repeat, now)
+                self._check_replace(queue, item, earlier_keys, items)
             except EngineError as exc:
                 raise EngineError(f"jobs[{index}]: {exc}") from None
+            if item.uniqueKey is not None:
+                earlier_keys.setdefault(item.uniqueKey, item.customId or "")
+        self._check_batch_cycles(items)
         self._check_group_room(queue, items, batch=True)
         return {"ok": True, "ids": self._add_batch(queue, items, now)}
 
@@ -245,6 +275,10 @@ class Engine(
                 existing = taken.get(item.customId)
             if existing is None and item.uniqueKey is not None:
                 existing = taken.get("\0" + item.uniqueKey)
+                if existing is not None and (item.dedup or {}).get("replace"):
+                    # As PUSH does: the earlier job of the batch (not started) is replaced.
+                    created = [job for job in created if job.id != existing]
+                    existing = None
             if existing is not None:
                 ids.append(existing)
                 continue
@@ -284,10 +318,52 @@ class Engine(
         return None
 
     def _check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
+        """Every dependency is a job the broker holds, one that completed (even if it was
+        removed since), or a job of the same batch."""
         jobs = self.state.jobs
+        done = self.state.done_ids
         for dep_id in depends_on:
-            if dep_id not in jobs and dep_id not in batch_ids:
+            if dep_id not in jobs and dep_id not in batch_ids and dep_id not in done:
                 raise errors.dependency_missing(dep_id)
+
+    def _check_batch_cycles(self, items: list[Any]) -> None:
+        """Jobs of one batch must not wait for each other in a circle (none could ever run).
+        Jobs already held only wait for jobs that existed before them, so a cycle can only
+        run through the batch's own custom ids."""
+        edges = {item.customId: item.dependsOn or () for item in items if item.customId}
+        cycle = find_cycle(edges)
+        if cycle is not None:
+            index = next(i for i, item in enumerate(items) if item.customId == cycle[0])
+            raise EngineError(f"jobs[{index}]: Dependency cycle: {' -> '.join(cycle)}")
+
+    def _check_replace(
+        self, queue: str, fields: Any, earlier_keys: dict[str, str], batch: Any = ()
+    ) -> None:
+        """dedup `replace` may not drop a job that other live jobs wait for: they would wait
+        forever. Checked before anything changes (the replacement itself happens later)."""
+        key = fields.uniqueKey
+        if key is None or not (fields.dedup or {}).get("replace"):
+            return
+        state = self.state
+        if key in earlier_keys:  # replaces an earlier job of the same batch
+            custom_id = earlier_keys[key]
+            waiting = [item.customId or "?" for item in batch
+                       if custom_id and custom_id in (item.dependsOn or ())]  # fmt: skip
+            if waiting:
+                raise errors.replace_blocked(custom_id, waiting)
+            return
+        owner = state.key_owner(UNIQUE, queue, key, state.now)
+        held = state.jobs.get(owner) if owner is not None else None
+        if held is None or held.state not in NOT_STARTED:
+            return
+        jobs = state.jobs
+        waiting = [
+            dep_id
+            for dep_id in state.dependents.get(held.id, ())
+            if dep_id in jobs and jobs[dep_id].state == WAITING_CHILDREN
+        ]
+        if waiting:
+            raise errors.replace_blocked(held.id, waiting)
 
     def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
         job = job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
@@ -330,11 +406,9 @@ class Engine(
         ids: list[str] = command.ids
         tokens = command.tokens or [None] * len(ids)
         results: list[Any] = command.results or [None] * len(ids)
-        seen: set[str] = set()
-        for job_id, token in zip(ids, tokens, strict=True):
-            if job_id not in seen and not self._late(job_id, token):
+        for job_id, token in zip(ids, tokens, strict=True):  # every position: a repeated
+            if not self._late(job_id, token):  # id with one wrong token rejects the batch
                 self._active_job(job_id, token)
-                seen.add(job_id)
         ignored_ids: list[str] = []
         ignored_indices: list[int] = []
         for index, (job_id, result) in enumerate(zip(ids, results, strict=True)):
@@ -417,10 +491,14 @@ class Engine(
         return {"ok": True, "id": command.id, "result": result}
 
     def get_job_counts(self, session: Any, command: cmd.GetJobCounts, now: float) -> Reply:
-        """GetJobCounts: jobs of the queue by state, plus `paused` (0: pausing comes later)."""
+        """GetJobCounts: jobs of the queue by state; a paused queue's ready jobs (waiting and
+        prioritized) count as `paused` instead, as GetJobs lists them."""
         queue = self.state.queues.get(command.queue)
         counts = dict(queue.counts) if queue else dict.fromkeys(COUNTED_STATES, 0)
         counts["paused"] = 0
+        if queue is not None and queue.paused:
+            counts["paused"] = counts[WAITING] + counts[PRIORITIZED]
+            counts[WAITING] = counts[PRIORITIZED] = 0
         return {"ok": True, "counts": counts}
 
     def count(self, session: Any, command: cmd.Count, now: float) -> Reply:

@@ -27,6 +27,16 @@ def dependency_missing(job_id: str) -> EngineError:
     return EngineError(f"Dependency job not found: {job_id}")
 
 
+def self_dependency(job_id: str) -> EngineError:
+    """A job whose dependsOn names its own id (it could never run)."""
+    return EngineError(f"Job cannot depend on itself: {job_id}")
+
+
+def replace_blocked(job_id: str, dependents: list[str]) -> EngineError:
+    """dedup replace of a job that live jobs wait for."""
+    return EngineError(f"Cannot replace job {job_id}: jobs depend on it ({', '.join(dependents)})")
+
+
 JOB_NOT_FOUND = "Job not found"
 NOT_AUTHENTICATED = "Not authenticated"
 INVALID_TOKEN = "Invalid token"

@@ -10,13 +10,14 @@ one transaction stores them all before any of them can be pulled.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from protocol import flows as cmd
 
-from .errors import EngineError
+from .errors import EngineError, self_dependency
 from .model import COMPLETED, FAILED, Job, job_from_push
 from .state import EngineState
 
@@ -65,7 +66,9 @@ class FlowHandlers:
             graph[node.id] = node
         for node in nodes:
             self._check_edges(node, graph)
-        find_cycle(graph)
+        cycle = find_cycle({job_id: node.input.dependsOn or () for job_id, node in graph.items()})
+        if cycle is not None:
+            raise EngineError(f"flow graph has a cycle through {cycle[-1]}")
         return graph
 
     def _check_edges(self, node: cmd.FlowJob, graph: dict[str, cmd.FlowJob]) -> None:
@@ -73,7 +76,8 @@ class FlowHandlers:
         for dep in fields.dependsOn or ():
             if dep == node.id:
                 raise EngineError(f"flow job cannot depend on itself: {node.id}")
-            if dep not in graph and dep not in self.state.jobs:
+            known = dep in self.state.jobs or dep in self.state.done_ids
+            if dep not in graph and not known:
                 raise EngineError(f"flow dependency not found: {dep}")
         parent_id = fields.parentId
         if parent_id is not None:
@@ -97,6 +101,8 @@ class FlowHandlers:
         parent = self.state.jobs.get(command.parentId)
         if child is None or parent is None:
             raise EngineError("Failed to update parent")
+        if child is parent:  # it would wait for itself (MoveToWaitingChildren)
+            raise self_dependency(child.id)
         child.parent_id = parent.id
         if child.id not in parent.children_ids:
             parent.children_ids = [*parent.children_ids, child.id]
@@ -133,23 +139,27 @@ class FlowHandlers:
         return {"ok": True, "values": (parent.ignored_failures if parent else None) or {}}
 
 
-def find_cycle(graph: dict[str, cmd.FlowJob]) -> None:
-    """Raise EngineError if the graph's `dependsOn` edges form a cycle (iterative DFS)."""
+def find_cycle(edges: Mapping[str, Iterable[str]]) -> list[str] | None:
+    """A `dependsOn` cycle among `edges` (id -> the ids it waits for) as a path that starts
+    and ends at the same id, or None (iterative DFS; ids outside `edges` end a path)."""
     done: set[str] = set()
-    for root in graph:
+    for root in edges:
         if root in done:
             continue
+        path = [root]
         on_path: set[str] = {root}
-        stack = [(root, iter(graph[root].input.dependsOn or ()))]
+        stack = [iter(edges[root])]
         while stack:
-            node_id, deps = stack[-1]
-            dep = next(deps, None)
+            dep = next(stack[-1], None)
             if dep is None:
                 stack.pop()
+                node_id = path.pop()
                 on_path.discard(node_id)
                 done.add(node_id)
             elif dep in on_path:
-                raise EngineError(f"flow graph has a cycle through {dep}")
-            elif dep in graph and dep not in done:
+                return [*path[path.index(dep) :], dep]
+            elif dep in edges and dep not in done:
+                path.append(dep)
                 on_path.add(dep)
-                stack.append((dep, iter(graph[dep].input.dependsOn or ())))
+                stack.append(iter(edges[dep]))
+    return None

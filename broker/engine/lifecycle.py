@@ -154,10 +154,16 @@ class LifecycleHandlers:
         return {"ok": True}
 
     def move_to_delayed(self, session: Any, command: cmd.MoveToDelayed, now: float) -> Reply:
-        """MoveToDelayed: an active job goes back, to run `delay` ms from now."""
+        """MoveToDelayed: an active job goes back (token if leased), and a waiting, delayed or
+        prioritized one is re-delayed, to run `delay` ms from now."""
         job = self.state.jobs.get(command.id)
-        if job is None or job.state != ACTIVE:
-            raise EngineError("Job not found or not active")
+        if job is None:
+            raise EngineError("Job not found")
+        if job.state in QUEUED_STATES:
+            self.state.reschedule(job, now, now + command.delay)
+            return {"ok": True}
+        if job.state != ACTIVE:
+            raise EngineError(f"Job is not active (current state: {job.state})")
         self._active_job(command.id, command.token)
         self.state.release(job, now, now + command.delay)
         return {"ok": True}

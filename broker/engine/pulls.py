@@ -1,9 +1,10 @@
 """PULL and PULLB: claiming ready jobs now, or parking a long poll until one comes.
 
 A claim respects, in order: a paused queue (nothing), the queue's concurrency and rate
-limits (stop), and PULL's group limits (pass the job over, keep looking). Parked polls are
-served in arrival order whenever their queue gets a ready job or a freed slot, and answered
-empty when their time is up. A repeating job that starts adds its next occurrence.
+limits (stop), and group limits, PULL's and stored ones (pass the job over, keep looking).
+Parked polls are served in arrival order whenever their queue gets a ready job or a freed
+slot, and answered empty when their time is up. A repeating job that starts adds its next
+occurrence.
 A mixin of Engine.
 """
 
@@ -81,8 +82,10 @@ class PullHandlers:
             if not self._queue_admits(queue, now):
                 queue.put_back(entry)
                 break
-            if group is not None and groups is not None:
-                queue.record_start(group, groups, now)
+            if group is not None:
+                options = queue.group_options(group, groups)
+                if options is not None:
+                    queue.record_start(group, options, now)
             tokens.append(self.state.claim(job, now, command.owner, command.lockTtl, holder))
             jobs.append(job)
             if job.repeat is not None:
@@ -116,12 +119,16 @@ class PullHandlers:
     def _group_is_full(
         self, queue: QueueState, group: str | None, groups: Any, now: float, full: set[str]
     ) -> bool:
-        """Whether the job's group is at a PULL group limit (then the job is passed over)."""
-        if group is None or groups is None or queue.group_admits(group, groups, now):
+        """Whether the job's group is at a limit, the PULL's or its stored settings' (then
+        the job is passed over)."""
+        if group is None:
+            return False
+        options = queue.group_options(group, groups)
+        if options is None or queue.group_admits(group, options, now):
             return False
         if group not in full:
             full.add(group)
-            self._wake_when_group_frees(queue, group, groups)
+            self._wake_when_group_frees(queue, group, options)
         return True
 
     def _wake_when_group_frees(self, queue: QueueState, group: str, options: Any) -> None:

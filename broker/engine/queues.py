@@ -60,6 +60,9 @@ class QueueState:
     group_pending: dict[str, int] = attrs.Factory(dict)
     group_active: dict[str, int] = attrs.Factory(dict)
     group_starts: dict[str, deque[float]] = attrs.Factory(dict)
+    # Stored per-group settings (SetGroupConcurrency, PauseGroup...; see groups.py): keys
+    # concurrency, limit {max, duration}, paused, blockedUntil (epoch ms).
+    group_settings: dict[str, dict[str, Any]] = attrs.Factory(dict)
     # Operator settings (stored as a record): see admin.py.
     paused: bool = False
     rate_limit: int | None = None
@@ -113,8 +116,18 @@ class QueueState:
 
     # -- groups --------------------------------------------------------------------------------
 
+    def group_options(self, group: str, pull: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The limits on `group` for one PULL: its own `group` options, overridden key by key
+        by the group's stored settings (None: no limit at all)."""
+        stored = self.group_settings.get(group)
+        if stored is None:
+            return pull
+        return {**pull, **stored} if pull else stored
+
     def group_admits(self, group: str, options: dict[str, Any], now: float) -> bool:
-        """Whether one more job of `group` may start under a PULL's group options."""
+        """Whether one more job of `group` may start under the group's options."""
+        if options.get("paused") or options.get("blockedUntil", 0) > now:
+            return False
         concurrency = options.get("concurrency")
         if concurrency is not None and self.group_active.get(group, 0) >= concurrency:
             return False
@@ -130,11 +143,13 @@ class QueueState:
 
     def group_frees_at(self, group: str, options: dict[str, Any]) -> float | None:
         """When a rate-limited group may start a job again (None: not rate limited now)."""
+        blocked = options.get("blockedUntil")
         limit = options.get("limit")
         starts = self.group_starts.get(group)
         if limit is None or not starts or len(starts) < limit["max"]:
-            return None
-        return starts[0] + limit["duration"]
+            return blocked
+        frees = starts[0] + limit["duration"]
+        return frees if blocked is None else max(frees, blocked)
 
     def record_start(self, group: str, options: dict[str, Any], now: float) -> None:
         """Note a start for the group's rate window (only when the PULL sets a limit)."""
@@ -154,7 +169,7 @@ class QueueState:
     def idle(self) -> bool:
         """No job counted in any state, nothing ready, nobody waiting, no settings."""
         configured = bool(self.paused or self.rate_limit or self.concurrency)
-        configured = configured or bool(self.stall_config or self.dlq_config)
+        configured = configured or bool(self.stall_config or self.dlq_config or self.group_settings)
         busy = any(self.counts.values()) or bool(self.ready or self.waiters)
         return not busy and not configured
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import OrderedDict
 from typing import Any
 
 from .deadlines import (
@@ -47,10 +48,14 @@ from .model import (
     uuid7,
 )
 from .queues import QueueState
+from .telemetry import QueueTelemetry
 from .timers import TimerWheel
 
 NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
 READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports can change
+# Ids of completed jobs the broker no longer holds (removeOnComplete, retention) that still
+# satisfy a later `dependsOn`; the oldest are dropped past this many (memory only).
+KEEP_DONE_IDS = 50_000
 
 
 class EngineState(DeadlineRules, DeadLetterRules):
@@ -68,6 +73,9 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.queues: dict[str, QueueState] = {}
         self.keys = KeyRegistry()
         self.dependents: dict[str, list[str]] = {}
+        # Oldest first. An OrderedDict drops its oldest in O(1); a dict's next(iter()) walks
+        # over the holes its front deletions leave, which grows with every eviction.
+        self.done_ids: OrderedDict[str, None] = OrderedDict()
         self.wheel = TimerWheel()
         self.completed = Retention(COMPLETED, keep_completed, keep_completed_ms)
         self.failed = Retention(FAILED, keep_failed, keep_failed_ms)
@@ -83,6 +91,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.finished: list[Job] = []
         self.changed_settings: set[str] = set()
         self.totals = {"pushed": 0, "pulled": 0, "completed": 0, "failed": 0}
+        self.telemetry = QueueTelemetry()  # per-queue minute counts (Metrics {queue, type})
         # Latency observers (metrics): called with ms waited before a start, ms of processing.
         self.on_start: Any = None
         self.on_complete: Any = None
@@ -193,9 +202,22 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if self.emitting:
             self.events.append((kind, job, extra))
 
+    def completed_once(self, job_id: str) -> bool:
+        """Whether `job_id` completed (held now, or forgotten since): a satisfied dependency."""
+        job = self.jobs.get(job_id)
+        return job.state == COMPLETED if job is not None else job_id in self.done_ids
+
+    def _remember_done(self, job_id: str) -> None:
+        done = self.done_ids
+        done[job_id] = None
+        if len(done) > KEEP_DONE_IDS:
+            done.popitem(last=False)
+
     def add(self, job: Job, now: float) -> None:
         """Register a new job and place it by its dependencies and run time."""
         self.jobs[job.id] = job
+        if self.done_ids:
+            self.done_ids.pop(job.id, None)  # the id is live again (a reused custom id)
         job.state = ""
         self._take_keys(job, now)
         self._arm_ttl(job)
@@ -272,8 +294,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
     def _wait_for_dependencies(self, job: Job, now: float) -> None:
         pending = 0
         for dep_id in job.depends_on:
-            dep = self.jobs.get(dep_id)
-            if dep is None or dep.state != COMPLETED:
+            if not self.completed_once(dep_id):
                 pending += 1
                 waiting = self.dependents.setdefault(dep_id, [])
                 if job.id not in waiting:
@@ -299,7 +320,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
 
     def make_ready(self, job: Job) -> None:
         """Put a job in its queue's ready heap and mark the queue for waiting pulls."""
-        self._enter(job, PRIORITIZED if job.priority > 0 and job.group_id is None else WAITING)
+        self._enter(job, PRIORITIZED if job.priority > 0 else WAITING)
         queue = self.queue(job.queue)
         queue.push_ready(job, next(self._seq))
         if queue.waiters:
@@ -413,6 +434,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self._release_unique(job)
         if remove:
             self._forget(job)
+            self._remember_done(job.id)
         else:
             job.completed_at = now
             job.result = result
@@ -422,6 +444,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             mark_finished(job)
             self._retain(self.completed, job, now)
         self.totals["completed"] += 1
+        self.telemetry.record(job.queue, COMPLETED, now)
         if self.on_complete is not None and job.started_at is not None:
             self.on_complete(now - job.started_at)
         self.emit("completed", job)
@@ -441,6 +464,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self._release_unique(job)
         job.failed_reason = reason
         self.totals["failed"] += 1
+        self.telemetry.record(job.queue, FAILED, now)
         self.emit("failed", job, error=reason)
         if remove:
             self._forget(job)
@@ -476,16 +500,27 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 return  # attached (UpdateParent) without being waited for
             if child.ignore_dependency_on_failure:
                 parent.ignored_failures = {**(parent.ignored_failures or {}), key: reason}
-            # The edge goes for good (stored), so neither a restart nor the child's retry and
-            # completion later counts it again.
-            parent.depends_on = [dep for dep in parent.depends_on if dep != child.id]
-            waiting = self.dependents.get(child.id)
-            if waiting and parent.id in waiting:
-                waiting.remove(parent.id)
-            self.touch(parent)
-            parent.pending_deps -= 1
-            if parent.pending_deps <= 0:
-                self.schedule(parent, now)
+            self.drop_dependency(parent, child.id, now)
+
+    def drop_dependency(self, parent: Job, dep_id: str, now: float) -> None:
+        """A waiting job stops waiting for `dep_id` (not completed); it is scheduled once
+        nothing else is pending. The edge goes for good (stored), so neither a restart nor the
+        dependency's completion later counts it again."""
+        parent.depends_on = [dep for dep in parent.depends_on if dep != dep_id]
+        waiting = self.dependents.get(dep_id)
+        if waiting and parent.id in waiting:
+            waiting.remove(parent.id)
+        self.touch(parent)
+        parent.pending_deps -= 1
+        if parent.pending_deps <= 0:
+            self.schedule(parent, now)
+
+    def wait_for_children(self, job: Job, now: float) -> None:
+        """An active job gives up its activation to wait for its unfinished dependencies
+        (MoveToWaitingChildren); it runs again when they complete."""
+        self._end_activity(job)
+        job.started_at = None
+        self._wait_for_dependencies(job, now)
 
     def _release_unique(self, job: Job) -> None:
         if job.unique_key is not None:
@@ -503,6 +538,8 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 self.schedule(dependent, now)
 
     def _forget(self, job: Job) -> None:
+        if job.state == COMPLETED:
+            self._remember_done(job.id)
         if job.state:
             self._leave(self.queue(job.queue), job)
         self.finished.append(job)

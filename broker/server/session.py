@@ -99,6 +99,10 @@ class Session:
         append_frame(data, reply)
         self._send(data, 0)
 
+    def unsent_bytes(self) -> int:
+        """Reply bytes waiting for the writer (the client is not reading them yet)."""
+        return len(self._ready)
+
     def room(self) -> int:
         """How many more commands may go to the engine now (0 or less: none)."""
         return MAX_IN_FLIGHT - self.in_flight

@@ -24,6 +24,7 @@ from protocol import commands as cmd
 from .. import __version__
 from ..engine.actor import Batch, Disconnect, EngineActor
 from ..engine.errors import INVALID_TOKEN, NOT_AUTHENTICATED
+from ..events import Subscription, tcp_event_frame
 from .session import Session
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ READ_SIZE = 256 * 1024
 DISCONNECT_TIMEOUT_S = 5
 # After the client stops sending, how long its last replies (not long polls) may take.
 FLUSH_GRACE_S = 1
+# A SubscribeEvents client this far behind in reading is disconnected (it resubscribes).
+MAX_UNSENT_EVENT_BYTES = 4 * 1024 * 1024
 
 
 def tokens_match(presented: Any, configured: frozenset[str]) -> bool:
@@ -58,11 +61,14 @@ class Connection:
             actor.outbox, authenticated=not tokens, direct_send=direct_sender(stream)
         )
         self.decoder = FrameDecoder()
+        self._nursery: trio.Nursery | None = None
+        self.events: Subscription | None = None  # SubscribeEvents
 
     async def serve(self) -> None:
         """Run until the client goes away or sends a frame that is too large."""
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 nursery.start_soon(self._write_loop)
                 await self._read_loop()
                 with trio.move_on_after(FLUSH_GRACE_S):
@@ -72,6 +78,7 @@ class Connection:
             pass  # the peer went away; nothing to tell it
         finally:
             self.session.closed = True
+            self._end_events()
             with trio.move_on_after(DISCONNECT_TIMEOUT_S) as scope:
                 scope.shield = True
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -119,6 +126,8 @@ class Connection:
                 session.reply_now(hello_reply(), command.reqId)
             elif isinstance(command, cmd.Ping):
                 session.reply_now(ping_reply(self.actor.clock.now_ms()), command.reqId)
+            elif isinstance(command, cmd.SubscribeEvents | cmd.UnsubscribeEvents):
+                self._subscribe(command)
             else:
                 commands.append(command)
         return commands
@@ -129,6 +138,33 @@ class Connection:
             self.session.reply_now({"ok": True}, command.reqId)
         else:
             self.session.reply_now({"ok": False, "error": INVALID_TOKEN}, command.reqId)
+
+    def _subscribe(self, command: cmd.SubscribeEvents | cmd.UnsubscribeEvents) -> None:
+        """SubscribeEvents/UnsubscribeEvents: answered here, like Ping (no engine state)."""
+        self._end_events()
+        if isinstance(command, cmd.SubscribeEvents) and self._nursery is not None:
+            self.events = self.actor.bus.subscribe(["job:*"], command.queue)
+            self._nursery.start_soon(self._forward_events, self.events)
+        self.session.reply_now({"ok": True}, command.reqId)
+
+    def _end_events(self) -> None:
+        if self.events is not None:
+            self.actor.bus.unsubscribe(self.events)
+            self.events = None
+
+    async def _forward_events(self, subscription: Subscription) -> None:
+        """Send the subscription's events as they come. A subscriber whose buffer filled up
+        is disconnected, so that its client reconnects and subscribes again rather than
+        silently missing events."""
+        async for message in subscription.receive:
+            if self.session.unsent_bytes() > MAX_UNSENT_EVENT_BYTES:
+                subscription.dropped = "client not reading its events"
+                self.actor.bus.unsubscribe(subscription)
+                break
+            self.session.reply_now(tcp_event_frame(message), None)
+        if subscription.dropped is not None and self._nursery is not None:
+            log.info("event subscriber dropped: %s", subscription.dropped)
+            self._nursery.cancel_scope.cancel()
 
     async def _write_loop(self) -> None:
         session = self.session
@@ -196,8 +232,9 @@ def hello_reply() -> dict[str, Any]:
 
 
 def ping_reply(now_ms: float) -> dict[str, Any]:
-    """The Ping answer."""
-    return {"ok": True, "data": {"pong": True, "time": int(now_ms)}}
+    """The Ping answer. The time is a float: as a 64-bit integer, msgpackr (the official
+    client) would decode it as a BigInt, which JSON.stringify refuses."""
+    return {"ok": True, "data": {"pong": True, "time": float(int(now_ms))}}
 
 
 class TcpServer:

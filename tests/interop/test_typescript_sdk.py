@@ -1,8 +1,9 @@
 """Interop: the official TypeScript SDK (npm `bunqueue` 2.9.5, run with `bun`) against trioq.
 
 `make test` installs both from the npm registry into tests/interop/ts (see the Makefile).
-The script builds a FlowProducer graph (one PUSHF), runs workers for the children and the
-parent, and prints what happened as one JSON line.
+Each script prints what happened as one JSON line: flow.ts builds a FlowProducer graph (one
+PUSHF) and runs workers for the children and the parent; locks.ts runs a `useLocks: false`
+worker (empty lock tokens, event subscription) and reads Queue.getMetrics().
 """
 
 from __future__ import annotations
@@ -11,18 +12,18 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent / "ts"
 BUN = HERE / "node_modules" / ".bin" / "bun"
 
 
-def test_flow_producer_children_run_first_and_parent_reads_them(
-    broker_address: tuple[str, int],
-) -> None:
+def run_script(script: str, broker_address: tuple[str, int]) -> dict[str, Any]:
+    """Run one of the TypeScript scripts against the broker; returns its JSON report."""
     host, port = broker_address
     assert BUN.exists(), "bun is missing: run `make test` (it installs tests/interop/ts)"
     result = subprocess.run(
-        [str(BUN), "run", "flow.ts"],
+        [str(BUN), "run", script],
         cwd=HERE,
         env={**os.environ, "TRIOQ_HOST": host, "TRIOQ_PORT": str(port)},
         capture_output=True,
@@ -30,9 +31,29 @@ def test_flow_producer_children_run_first_and_parent_reads_them(
         timeout=60,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_flow_producer_children_run_first_and_parent_reads_them(
+    broker_address: tuple[str, int],
+) -> None:
+    report = run_script("flow.ts", broker_address)
     assert report["order"][2] == "parent:release"
     assert sorted(report["order"][:2]) == ["child:sdk", "child:unit"]
     values = report["childValues"]
     assert sorted(values.values()) == [10, 20]
     assert {key.split(":", 1)[1] for key in values} == set(report["childIds"])
+
+
+def test_worker_without_locks_settles_every_job_once_and_metrics_count_them(
+    broker_address: tuple[str, int],
+) -> None:
+    report = run_script("locks.ts", broker_address)
+    assert report["runs"] == 6  # five jobs, the first one tried twice: no ACK was lost
+    counts = report["counts"]
+    assert (counts["completed"], counts["active"], counts["waiting"]) == (5, 0, 0)
+    completed = report["completedMetrics"]
+    assert completed["meta"]["count"] == 5
+    assert sum(completed["data"]) == 5
+    assert report["failedMetrics"]["meta"]["count"] == 0  # the failure was retried, not final

@@ -1,0 +1,80 @@
+"""Per-queue minute counts of completed and failed jobs (the `Metrics {queue, type}` reply).
+
+The same shape as the reference's (and BullMQ's) queue metrics: `meta` holds the running total,
+the time of the last finish and the count of its minute; `data` the count of each minute,
+newest first, for at most MAX_DATA_POINTS minutes (older minutes are dropped as time moves on).
+Kept in memory only: after a restart the counts start again from zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_DATA_POINTS = 20_160  # two weeks of minutes, the reference's default
+MINUTE_MS = 60_000
+
+
+class MinuteCounts:
+    """One queue's finishes of one kind, counted per minute."""
+
+    __slots__ = ("buckets", "prev_count", "prev_ts", "total")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.prev_ts = 0.0
+        self.prev_count = 0
+        self.buckets: dict[int, int] = {}
+
+    def record(self, now: float) -> None:
+        """Count one finish at `now` (epoch ms)."""
+        minute = int(now // MINUTE_MS)
+        buckets = self.buckets
+        count = buckets[minute] = buckets.get(minute, 0) + 1
+        self.total += 1
+        self.prev_ts = float(now)
+        self.prev_count = count
+        if len(buckets) > MAX_DATA_POINTS or next(iter(buckets)) <= minute - MAX_DATA_POINTS:
+            cutoff = minute - MAX_DATA_POINTS
+            for old in [m for m in buckets if m <= cutoff]:
+                del buckets[old]
+
+    def view(self, start: int, end: int) -> dict[str, Any]:
+        """The reply's `{meta, data, count}`; `data` is entries start..end (-1: to the last)."""
+        data: list[int] = []
+        if self.buckets:
+            newest = max(self.buckets)
+            oldest = max(min(self.buckets), newest - MAX_DATA_POINTS + 1)
+            data = [self.buckets.get(minute, 0) for minute in range(newest, oldest - 1, -1)]
+        count = len(data)
+        stop = count if end == -1 else min(count, end + 1)
+        return {
+            "meta": {"count": self.total, "prevTS": self.prev_ts, "prevCount": self.prev_count},
+            "data": data[start:stop] if start < stop else [],
+            "count": count,
+        }
+
+
+class QueueTelemetry:
+    """Minute counts for every queue that finished a job."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, dict[str, MinuteCounts]] = {}
+
+    def record(self, queue: str, kind: str, now: float) -> None:
+        """A job of `queue` finished as `kind` ("completed" or "failed") at `now`."""
+        kinds = self.queues.get(queue)
+        if kinds is None:
+            kinds = self.queues[queue] = {}
+        counts = kinds.get(kind)
+        if counts is None:
+            counts = kinds[kind] = MinuteCounts()
+        counts.record(now)
+
+    def view(self, queue: str, kind: str, start: int, end: int) -> dict[str, Any]:
+        """The counts of `queue` for `kind` (empty when it never finished one)."""
+        counts = self.queues.get(queue, {}).get(kind) or MinuteCounts()
+        return counts.view(start, end)
+
+    def forget(self, queue: str) -> None:
+        """The queue was obliterated."""
+        self.queues.pop(queue, None)
