@@ -12,6 +12,7 @@ one), runs its clients for a bounded time and prints one line of figures, with t
   ping-flood   one client pipelining Ping without reading replies.
   unauth-push  --auth-token set; one client pipelining PUSH without Auth and without reading.
   partial      16 connections each announcing a 60 MB frame and sending 59 MB of it.
+  partial-auth the same against a broker with --auth-token (the clients never authenticate).
   slow         300 clients sending 1 byte a second; how many the broker closed.
   auth-guess   one connection sending wrong tokens as fast as it can; attempts answered.
 """
@@ -228,14 +229,18 @@ def run(scenario: str, source: str, seconds: float) -> str:
     if scenario == "fairness":
         with broker(source) as (port, _process):
             return fairness(port, seconds)
-    options = ("--auth-token", "secret") if scenario in ("unauth-push", "auth-guess") else ()
+    options = (
+        ("--auth-token", "secret")
+        if scenario in ("unauth-push", "auth-guess", "partial-auth")
+        else ()
+    )
     with broker(source, "--memory", *options) as (port, process):
         before = rss_mib(process)
         if scenario == "ping-flood":
             trio.run(flood, port, seconds, {"cmd": "Ping", "reqId": 1})
         elif scenario == "unauth-push":
             trio.run(flood, port, seconds, {"cmd": "PUSH", "queue": "q", "data": {"x": 1}})
-        elif scenario == "partial":
+        elif scenario in ("partial", "partial-auth"):
             trio.run(partial, port, seconds)
         elif scenario == "slow":
             return trio.run(slow, port, seconds)

@@ -30,7 +30,7 @@ from .records import job_from_row, job_to_row
 log = logging.getLogger(__name__)
 
 INBOX_SIZE = 256
-MAX_BATCHES_PER_PASS = 64
+MAX_BATCHES_PER_PASS = 32
 
 
 @attrs.define(slots=True)  # not frozen: one is made per read, and frozen init costs more
