@@ -43,6 +43,7 @@ UNAUTHENTICATED_FRAME_LIMIT = 64 * 1024
 # A frame must be complete this long after its first byte (or the previous frame) arrived.
 PARTIAL_FRAME_TIMEOUT_S = 30
 MAX_AUTH_FAILURES = 3  # per connection; then it is closed
+AUTH_TIMEOUT_S = 30  # with tokens configured, a connection must authenticate this soon
 ACCEPT_BURST = 64  # connections accepted per turn of the accept loop
 SERVER_BUSY = "Server busy: too much unfinished frame data buffered"
 
@@ -94,7 +95,9 @@ class Connection:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_loop)
-                with contextlib.suppress(EndConnection):
+                with trio.CancelScope() as reading, contextlib.suppress(EndConnection):
+                    if not self.session.authenticated:
+                        nursery.start_soon(self._require_auth_in_time, reading)
                     await self._read_loop()
                 with trio.move_on_after(FLUSH_GRACE_S):
                     await self.session.wait_flushed()
@@ -109,6 +112,14 @@ class Connection:
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await self.actor.inbox.send(Disconnect(self.session))  # engine may be gone
                 await trio.aclose_forcefully(self.stream)
+
+    async def _require_auth_in_time(self, reading: trio.CancelScope) -> None:
+        """Stop reading from a client that has not authenticated within AUTH_TIMEOUT_S: an
+        anonymous connection may not hold its socket (and its slot) for ever."""
+        await trio.sleep(AUTH_TIMEOUT_S)
+        if not self.session.authenticated:
+            log.info("connection %s: no Auth within %s s; closed", self.session.id, AUTH_TIMEOUT_S)
+            reading.cancel()
 
     async def _read_loop(self) -> None:
         receive = direct_receiver(self.stream) or self.stream.receive_some

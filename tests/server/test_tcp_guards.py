@@ -86,7 +86,7 @@ async def test_a_client_that_does_not_read_its_local_replies_stops_being_read(
     app = await start_app(nursery, Config(port=0, http_port=0, memory=True, auth_tokens=tokens))
     client = lockstep_client(app)
     flood = frame(_encode(message)) * 100_000
-    with trio.move_on_after(60) as waited:
+    with trio.move_on_after(20) as waited:  # (an anonymous client is closed at 30 s)
         await client.send_raw(flood)
     assert waited.cancelled_caught, "the broker read 100,000 requests nobody read replies to"
     app.shutdown()
@@ -182,6 +182,19 @@ async def test_repeated_failures_from_one_peer_are_answered_ever_more_slowly(
     asked = trio.current_time()
     await again.call("Auth", token="wrong")
     assert trio.current_time() == asked
+
+
+async def test_a_connection_that_does_not_authenticate_within_30_seconds_is_closed(
+    guarded_connect: Connect, autojump_clock: trio.testing.MockClock
+) -> None:
+    anonymous, member = await guarded_connect(), await guarded_connect()
+    assert (await member.call("Auth", token=TOKEN))["ok"] is True
+    opened = trio.current_time()
+    with trio.fail_after(3600):
+        assert await closed_by_server(anonymous)
+    assert trio.current_time() - opened == pytest.approx(30)
+    await trio.sleep(3600)
+    assert (await member.call("Ping"))["ok"] is True
 
 
 def test_failed_auth_bookkeeping_is_bounded() -> None:
