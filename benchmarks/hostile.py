@@ -155,14 +155,20 @@ def fairness(port: int, seconds: float) -> str:
     )
 
 
-async def flood(port: int, seconds: float, message: dict[str, Any]) -> None:
-    """Pipeline `message` without reading any reply, for `seconds`."""
+async def flood(port: int, seconds: float, message: dict[str, Any]) -> str:
+    """Pipeline `message` without reading any reply, for `seconds` or until the broker closes
+    the connection; says which."""
     stream = await connect(port)
     data = frame(message) * 1000
+    began = time.perf_counter()
     with trio.move_on_after(seconds):
-        while True:
-            await stream.send_all(data)
+        try:
+            while True:
+                await stream.send_all(data)
+        except trio.BrokenResourceError:
+            return f"; closed by the broker after {time.perf_counter() - began:.0f} s"
     await stream.aclose()
+    return ""
 
 
 async def partial(port: int, seconds: float) -> None:
@@ -236,17 +242,20 @@ def run(scenario: str, source: str, seconds: float) -> str:
     )
     with broker(source, "--memory", *options) as (port, process):
         before = rss_mib(process)
+        closed = ""
         if scenario == "ping-flood":
-            trio.run(flood, port, seconds, {"cmd": "Ping", "reqId": 1})
+            closed = trio.run(flood, port, seconds, {"cmd": "Ping", "reqId": 1})
         elif scenario == "unauth-push":
-            trio.run(flood, port, seconds, {"cmd": "PUSH", "queue": "q", "data": {"x": 1}})
+            push = {"cmd": "PUSH", "queue": "q", "data": {"x": 1}}
+            closed = trio.run(flood, port, seconds, push)
         elif scenario in ("partial", "partial-auth"):
             trio.run(partial, port, seconds)
         elif scenario == "slow":
             return trio.run(slow, port, seconds)
         elif scenario == "auth-guess":
             return trio.run(auth_guess, port, seconds)
-        return f"RSS {before:.0f} MiB at start, {rss_mib(process):.0f} MiB after {seconds:.0f} s"
+        after = rss_mib(process)
+        return f"RSS {before:.0f} MiB at start, {after:.0f} MiB after {seconds:.0f} s{closed}"
 
 
 def main() -> None:
