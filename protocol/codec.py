@@ -9,6 +9,7 @@ or the validation message of the command itself.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Union
 
@@ -22,7 +23,12 @@ from .extensions import ext_hook
 from .flows import FLOW_COMMANDS
 from .groups import GROUP_COMMANDS
 from .lifecycle import LIFECYCLE_COMMANDS
+from .values import js_text
 from .webhooks import WEBHOOK_COMMANDS
+
+MAX_REQ_ID = 256
+MAX_SHOWN_NAME = 64
+REQ_ID_TOO_LONG = f"reqId too long (max {MAX_REQ_ID} characters)"
 
 ALL_COMMANDS = (
     WIRE_COMMANDS
@@ -66,9 +72,39 @@ class Rejected(msgspec.Struct, frozen=True):
 def decode_command(payload: bytes) -> Any:
     """Decode and validate one frame payload; never raises."""
     try:
-        return _decode_command(payload)
+        command = _decode_command(payload)
     except Exception:  # any bad frame (invalid UTF-8, too deep, ...) is the slow path's job
         return explain_rejection(payload)
+    req_id = command.reqId
+    if req_id is None or req_id.__class__ is int:
+        return command
+    if req_id.__class__ is str and len(req_id) <= MAX_REQ_ID:
+        return command
+    return command if req_id_fits(req_id) else Rejected(None, REQ_ID_TOO_LONG)
+
+
+def req_id_fits(req_id: Any) -> bool:
+    """A reqId is echoed in the reply, so it is bounded: a string of at most 256 characters,
+    or another value of at most 256 bytes of MessagePack."""
+    if isinstance(req_id, str):
+        return len(req_id) <= MAX_REQ_ID
+    if isinstance(req_id, int | float | bool):
+        return True
+    return len(_encoder.encode(req_id)) <= MAX_REQ_ID
+
+
+def unknown_command(cmd: Any) -> str:
+    """`Unknown command: X` naming what was sent, without a Python repr and at most 64
+    characters of it (an error text never echoes a large value)."""
+    if isinstance(cmd, bool):
+        text = "true" if cmd else "false"
+    elif isinstance(cmd, int | float):
+        text = js_text(cmd) if math.isfinite(cmd) else str(cmd)
+    elif isinstance(cmd, str):
+        text = cmd if len(cmd) <= MAX_SHOWN_NAME else cmd[:MAX_SHOWN_NAME] + "..."
+    else:
+        text = "[object Object]"  # what the reference (JavaScript) prints for such a value
+    return f"Unknown command: {text}"
 
 
 def explain_rejection(payload: bytes) -> Rejected:
@@ -86,11 +122,13 @@ def explain_rejection(payload: bytes) -> Rejected:
         # ValueError covers invalid UTF-8; RecursionError nesting deeper than we follow.
         return Rejected(None, "Invalid command format")
     req_id = envelope.reqId
+    if req_id is not None and not req_id_fits(req_id):
+        return Rejected(None, REQ_ID_TOO_LONG)
     cmd = envelope.cmd
     if not cmd:
         return Rejected(req_id, "Invalid command")
     if not isinstance(cmd, str) or cmd not in COMMAND_NAMES:
-        return Rejected(req_id, f"Unknown command: {cmd}")
+        return Rejected(req_id, unknown_command(cmd))
     try:
         if cmd == "PUSHB":  # the queue, then each item by index (`jobs[i]: ...`)
             _decode_pushb_items(payload)

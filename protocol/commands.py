@@ -24,6 +24,7 @@ from .values import (
     optional_str,
     queue_name,
     required_str,
+    short_str,
     str_list,
 )
 
@@ -76,7 +77,7 @@ class Push(JobFields, tag_field="cmd", tag="PUSH"):
     def __post_init__(self) -> None:
         self.queue = queue_name(self.queue)
         super().__post_init__()
-        self.jobId = optional_str(self.jobId, "jobId") or None
+        self.jobId = short_str(self.jobId, "jobId") or None
 
 
 class PushItem(JobFields):
@@ -86,7 +87,7 @@ class PushItem(JobFields):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.customId = optional_str(self.customId, "customId") or None
+        self.customId = short_str(self.customId, "customId") or None
 
 
 _decode_item = msgspec.msgpack.Decoder(PushItem, ext_hook=ext_hook).decode

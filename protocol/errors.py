@@ -18,9 +18,13 @@ class CommandError(ProtocolError):
 class FrameTooLarge(ProtocolError):
     """A frame header announced more bytes than the limit; the connection must close."""
 
-    def __init__(self, size: int, limit: int, complete: list[bytes] | None = None) -> None:
+    def __init__(
+        self, size: int, limit: int, complete: list[bytes] | None = None, rest: bytes = b""
+    ) -> None:
         super().__init__(f"Frame too large: {size} bytes exceeds maximum {limit}")
         self.size = size
         self.limit = limit
         # Whole frames that arrived before the oversized header: still to be answered.
         self.complete = complete or []
+        # The bytes from the oversized header on, for a caller that may raise its limit.
+        self.rest = rest

@@ -23,6 +23,15 @@ class FrameDecoder:
         self._limit = limit
 
     @property
+    def limit(self) -> int:
+        """The largest frame body accepted, in bytes."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self._limit = value
+
+    @property
     def buffered(self) -> int:
         """How many bytes of an unfinished frame are held."""
         return len(self._buffer)
@@ -31,8 +40,9 @@ class FrameDecoder:
         """Add `chunk` and return every payload it completed, in order.
 
         Raises FrameTooLarge when a header announces more than the limit, carrying the whole
-        frames that came before it; the buffer is then cleared and the decoder must not be used
-        again (the peer is out of sync).
+        frames that came before it and the bytes from the oversized header on (`rest`); the
+        buffer is then cleared. A caller that raises the limit (a connection that has just
+        authenticated) may feed `rest` again; otherwise the peer is out of sync.
         """
         buffer = self._buffer
         buffer += chunk
@@ -43,8 +53,9 @@ class FrameDecoder:
         while end - start >= HEADER_SIZE:
             size = int.from_bytes(buffer[start : start + HEADER_SIZE], "big")
             if size > limit:
+                rest = bytes(buffer[start:])
                 buffer.clear()
-                raise FrameTooLarge(size, limit, payloads)
+                raise FrameTooLarge(size, limit, payloads, rest)
             body_end = start + HEADER_SIZE + size
             if body_end > end:
                 break

@@ -17,11 +17,14 @@ import msgspec
 from .errors import CommandError
 from .values import (
     MAX_DATA_BYTES,
+    MAX_DEPENDENCIES,
     MAX_DURATION_MS,
     MAX_INT32,
     MAX_SAFE_INTEGER,
+    MAX_TAGS,
     at_least,
     at_most,
+    bounded_str_list,
     duration,
     finite,
     flag,
@@ -29,7 +32,7 @@ from .values import (
     is_whole,
     number,
     optional_str,
-    str_list,
+    short_str,
     tidy_number,
 )
 
@@ -245,7 +248,7 @@ class JobFields(msgspec.Struct, kw_only=True):
         # Every check is guarded by `is not None`: most jobs set few options, and this runs for
         # every job of every batch.
         if self.groupId is not None:
-            self.groupId = optional_str(self.groupId, "groupId")
+            self.groupId = short_str(self.groupId, "groupId")
         self.priority = 0 if self.priority is None else self._priority()
         self.delay = 0 if self.delay is None else duration(self.delay, "delay")
         self.maxAttempts = max_attempts(self.maxAttempts)
@@ -291,14 +294,14 @@ class JobFields(msgspec.Struct, kw_only=True):
     def _check_strings_and_flags(self) -> None:
         for field in _OPTIONAL_STRINGS:
             value = getattr(self, field)
-            if value is not None and value.__class__ is not str:
-                raise CommandError(f"{field} must be a string")
+            if value is not None:
+                short_str(value, field)
         # Absent lists and flags stay None (the domain reads None as empty / false): setting
         # defaults here would cost a setattr per field per job.
-        for field in _STRING_LISTS:
+        for field, max_items in _STRING_LISTS.items():
             value = getattr(self, field)
             if value is not None:
-                str_list(value, field)
+                setattr(self, field, bounded_str_list(value, field, max_items))
         for field in _FLAGS:
             value = getattr(self, field)
             if value is not None and value is not True and value is not False:
@@ -333,7 +336,7 @@ def option_slice(cls: type) -> slice:
 
 _OPTIONAL_FINITE = ("stallTimeout", "keepLogs", "sizeLimit")
 _OPTIONAL_STRINGS = ("uniqueKey", "parentId", "debounceId")
-_STRING_LISTS = ("dependsOn", "tags", "childrenIds")
+_STRING_LISTS = {"dependsOn": MAX_DEPENDENCIES, "tags": MAX_TAGS, "childrenIds": MAX_DEPENDENCIES}
 _FLAGS = (
     "lifo",
     "removeOnComplete",

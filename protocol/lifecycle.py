@@ -16,14 +16,15 @@ from .commands import Command, optional_finite
 from .errors import CommandError
 from .jobspec import NO_DATA, job_data
 from .values import (
+    MAX_MESSAGE_LENGTH,
     at_least,
     duration,
     finite,
     lease_token,
     number,
-    optional_str,
     queue_name,
     required_str,
+    short_str,
 )
 
 LOG_LEVELS = ("info", "warn", "error")
@@ -216,7 +217,7 @@ class Progress(JobCommand, tag="Progress"):
         if self.progress is None:
             raise CommandError("progress is required")
         self.progress = min(max(finite(self.progress, "progress"), 0), 100)
-        self.message = optional_str(self.message, "message")
+        self.message = short_str(self.message, "message", MAX_MESSAGE_LENGTH)
 
 
 class WaitJob(JobCommand, tag="WaitJob"):

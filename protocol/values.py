@@ -19,6 +19,11 @@ MAX_SAFE_INTEGER = 2**53 - 1
 MAX_INT32 = 2_147_483_647
 MAX_QUEUE_NAME = 256
 MAX_DATA_BYTES = 10 * 1024 * 1024
+# Caps on client strings the broker stores (documented in README's limits).
+MAX_ID_LENGTH = 1024  # jobId, customId, uniqueKey, groupId, parentId, debounceId, list items
+MAX_TAGS = 100
+MAX_DEPENDENCIES = 1000  # dependsOn and childrenIds, after removing duplicates
+MAX_MESSAGE_LENGTH = 4096  # a progress message
 
 _NUMERIC_TEXT = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*|\s*[+-]?Infinity\s*")
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_\-.:]+")
@@ -135,6 +140,29 @@ def required_str(value: Any, field: str) -> str:
     if not isinstance(value, str):
         raise CommandError(f"{field} must be a string")
     return value
+
+
+def short_str(value: Any, field: str, maximum: int = MAX_ID_LENGTH) -> str | None:
+    """Read an optional string of at most `maximum` characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise CommandError(f"{field} must be a string")
+    if len(value) > maximum:
+        raise CommandError(f"{field} too long (max {maximum} characters)")
+    return value
+
+
+def bounded_str_list(value: Any, field: str, max_items: int) -> list[str]:
+    """Read an optional array of short strings, duplicates removed (first kept), at most
+    `max_items` of them."""
+    items = list(dict.fromkeys(str_list(value, field)))
+    if len(items) > max_items:
+        raise CommandError(f"{field} has too many items (max {max_items})")
+    for item in items:
+        if len(item) > MAX_ID_LENGTH:
+            raise CommandError(f"{field} items too long (max {MAX_ID_LENGTH} characters)")
+    return items
 
 
 def flag(value: Any, field: str) -> bool:

@@ -7,7 +7,8 @@ until the next timer deadline when idle. A full inbox makes connection readers w
 pushes back on clients through TCP.
 
 Everything waiting in the inbox when a pass starts shares that pass and its transaction
-(group commit). An idle actor lets a connection run its batch inline (see submit_inline).
+(group commit). An idle actor lets a connection run its batch inline (see submit_inline), once per
+turn of the scheduler: the other connections of that turn queue and share the actor's next pass.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .records import job_from_row, job_to_row
 log = logging.getLogger(__name__)
 
 INBOX_SIZE = 256
-MAX_BATCHES_PER_PASS = 512
+MAX_BATCHES_PER_PASS = 32
 
 
 @attrs.define(slots=True)  # not frozen: one is made per read, and frozen init costs more
@@ -95,6 +96,10 @@ class EngineActor:
         # Batches sent to the inbox and not yet taken by the actor: while there are any, no
         # batch runs inline (it could overtake one of its own session's).
         self._queued_batches = 0
+        # One inline pass per turn of Trio's scheduler: many busy connections would otherwise
+        # each run (and commit) a pass of their own in the same turn, one commit per connection
+        # instead of one for all of them, and new clients would wait behind all those commits.
+        self._inline_spent = False
 
     def answer_parked_message(self) -> AnswerParked:
         """The inbox message that answers every parked long poll (used at shutdown)."""
@@ -120,6 +125,10 @@ class EngineActor:
                 self._execute(items)
                 self._commit()
                 self._release()
+                if self._queued_batches:
+                    # More work is already waiting: let other tasks (new connections, a Ping,
+                    # the accept loop) have their turn before the next pass.
+                    await trio.lowlevel.checkpoint()
 
     async def submit(self, batch: Batch) -> None:
         """Run a session's batch: at once in the caller's task when the actor is idle (see
@@ -143,8 +152,10 @@ class EngineActor:
         than the one the actor sleeps on, the actor is woken to re-arm.
         """
         armed = self._armed_deadline
-        if armed is None or self._queued_batches:
+        if armed is None or self._queued_batches or self._inline_spent:
             return False
+        self._inline_spent = True
+        trio.lowlevel.current_trio_token().run_sync_soon(self._allow_inline)
         self._execute([batch])
         self._commit()
         self._release()
@@ -152,6 +163,10 @@ class EngineActor:
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True
+
+    def _allow_inline(self) -> None:
+        """Runs on the scheduler's next turn: the next idle-time batch may run inline again."""
+        self._inline_spent = False
 
     async def _wait_for_work(self, items: list[Any]) -> None:
         """Receive one inbox item into `items`, or return empty-handed when a timer is due.

@@ -5,8 +5,9 @@ to the writer only by `release`, which the actor calls after the batch is commit
 never hears `ok` for a change that is not yet stored. Replies the connection makes itself (Hello,
 Ping, errors) are released at once.
 
-The in-flight count covers commands handed to the engine and not yet written back; the reader
-waits while it is at the limit, so a client that does not read its replies stops being read.
+The in-flight count covers every command read and not yet answered on the wire, whether the
+engine or the connection answers it; the reader waits while it is at the limit, so a client that
+does not read its replies stops being read and the replies held for it stay bounded.
 """
 
 from __future__ import annotations
@@ -92,11 +93,20 @@ class Session:
     # -- called by the connection ---------------------------------------------------------------
 
     def reply_now(self, reply: dict[str, Any], req_id: Any) -> None:
-        """Send a reply the connection made itself (no engine, nothing to commit)."""
+        """Send a reply the connection made itself (no engine, nothing to commit). It takes an
+        in-flight slot like any reply, so unread local replies also stop the reader."""
         if req_id is not None:
             reply["reqId"] = req_id
         data = bytearray()
         append_frame(data, reply)
+        self.in_flight += 1
+        self._send(data, 1)
+
+    def send_event(self, message: dict[str, Any]) -> None:
+        """Send an event frame the client subscribed to. It answers no request, so it takes no
+        in-flight slot; the subscriber bounds its own backlog with `unsent_bytes`."""
+        data = bytearray()
+        append_frame(data, message)
         self._send(data, 0)
 
     def unsent_bytes(self) -> int:
@@ -114,7 +124,7 @@ class Session:
         return self.room()
 
     async def wait_output(self) -> tuple[bytes, int]:
-        """Wait for reply bytes; returns them with the number of engine replies among them."""
+        """Wait for reply bytes; returns them with the number of replies among them."""
         while not self._ready:
             await self._ready_lot.park()
         self._writing = True
@@ -130,7 +140,7 @@ class Session:
             await self._flushed_lot.park()
 
     def written(self, count: int) -> None:
-        """The writer sent `count` engine replies: free their in-flight slots."""
+        """The writer sent `count` replies: free their in-flight slots."""
         self._writing = False
         # Each lot is checked first: this runs for every reply, and a lot with nobody parked
         # (the usual case) would still cost a call through Trio's KI protection.

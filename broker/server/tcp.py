@@ -12,20 +12,24 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import math
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
-from protocol import FrameDecoder, FrameTooLarge, Rejected, decode_command
+from protocol import MAX_FRAME_SIZE, FrameDecoder, FrameTooLarge, Rejected, decode_command
 from protocol import commands as cmd
+from store import StoreError
 
 from .. import __version__
 from ..engine.actor import Batch, Disconnect, EngineActor
 from ..engine.errors import INVALID_TOKEN, NOT_AUTHENTICATED
 from ..events import Subscription, tcp_event_frame
-from .session import Session
+from .guards import AuthThrottle, PartialFrameBudget
+from .session import MAX_IN_FLIGHT, Session
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,14 @@ DISCONNECT_TIMEOUT_S = 5
 FLUSH_GRACE_S = 1
 # A SubscribeEvents client this far behind in reading is disconnected (it resubscribes).
 MAX_UNSENT_EVENT_BYTES = 4 * 1024 * 1024
+# Before Auth (when tokens are configured) a frame may be at most this large.
+UNAUTHENTICATED_FRAME_LIMIT = 64 * 1024
+# A frame must be complete this long after its first byte (or the previous frame) arrived.
+PARTIAL_FRAME_TIMEOUT_S = 30
+MAX_AUTH_FAILURES = 3  # per connection; then it is closed
+AUTH_TIMEOUT_S = 30  # with tokens configured, a connection must authenticate this soon
+ACCEPT_BURST = 64  # connections accepted per turn of the accept loop
+SERVER_BUSY = "Server busy: too much unfinished frame data buffered"
 
 
 def tokens_match(presented: Any, configured: frozenset[str]) -> bool:
@@ -50,27 +62,56 @@ def tokens_match(presented: Any, configured: frozenset[str]) -> bool:
     return found
 
 
+class EndConnection(Exception):
+    """The connection must end (its reason, if the client should hear it, was already sent)."""
+
+
+LOCAL_COMMANDS = (
+    Rejected,
+    cmd.Auth,
+    cmd.Hello,
+    cmd.Ping,
+    cmd.SubscribeEvents,
+    cmd.UnsubscribeEvents,
+)
+
+
 class Connection:
     """Serves one client stream against the engine actor."""
 
-    def __init__(self, stream: trio.abc.Stream, actor: EngineActor, tokens: frozenset[str]):
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        actor: EngineActor,
+        tokens: frozenset[str],
+        guards: Guards | None = None,
+    ):
         self.stream = stream
         self.actor = actor
         self.tokens = tokens
+        self.guards = guards or Guards()
+        self.peer = peer_address(stream)
         self.session = Session(
             actor.outbox, authenticated=not tokens, direct_send=direct_sender(stream)
         )
-        self.decoder = FrameDecoder()
+        # Until Auth succeeds only small frames are read: an anonymous client cannot make the
+        # broker buffer a large one.
+        self.decoder = FrameDecoder(MAX_FRAME_SIZE if not tokens else UNAUTHENTICATED_FRAME_LIMIT)
+        self.auth_failures = 0
+        self._frame_deadline = math.inf
         self._nursery: trio.Nursery | None = None
         self.events: Subscription | None = None  # SubscribeEvents
 
     async def serve(self) -> None:
-        """Run until the client goes away or sends a frame that is too large."""
+        """Run until the client goes away or must be cut off."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._write_loop)
-                await self._read_loop()
+                with trio.CancelScope() as reading, contextlib.suppress(EndConnection):
+                    if not self.session.authenticated:
+                        nursery.start_soon(self._require_auth_in_time, reading)
+                    await self._read_loop()
                 with trio.move_on_after(FLUSH_GRACE_S):
                     await self.session.wait_flushed()
                 nursery.cancel_scope.cancel()
@@ -79,65 +120,124 @@ class Connection:
         finally:
             self.session.closed = True
             self._end_events()
+            self.guards.partial_frames.hold(self, 0)
             with trio.move_on_after(DISCONNECT_TIMEOUT_S) as scope:
                 scope.shield = True
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await self.actor.inbox.send(Disconnect(self.session))  # engine may be gone
                 await trio.aclose_forcefully(self.stream)
 
+    async def _require_auth_in_time(self, reading: trio.CancelScope) -> None:
+        """Stop reading from a client that has not authenticated within AUTH_TIMEOUT_S: an
+        anonymous connection may not hold its socket (and its slot) for ever."""
+        await trio.sleep(AUTH_TIMEOUT_S)
+        if not self.session.authenticated:
+            log.info("connection %s: no Auth within %s s; closed", self.session.id, AUTH_TIMEOUT_S)
+            reading.cancel()
+
     async def _read_loop(self) -> None:
         receive = direct_receiver(self.stream) or self.stream.receive_some
+        decoder = self.decoder
         while True:
-            chunk = await receive(READ_SIZE)
+            if decoder.buffered:  # a frame is under way: it must be finished in time
+                chunk = None
+                with trio.move_on_at(self._frame_deadline):
+                    chunk = await receive(READ_SIZE)
+                if chunk is None:
+                    log.info("connection %s: frame unfinished in time; closed", self.session.id)
+                    return
+            else:
+                chunk = await receive(READ_SIZE)
             if not chunk:
                 return
-            try:
-                payloads = self.decoder.feed(bytes(chunk))
-            except FrameTooLarge as exc:
-                await self._dispatch(self._triage(exc.complete))
-                self.session.reply_now({"ok": False, "error": str(exc)}, None)
+            await self._feed(chunk)
+
+    async def _feed(self, chunk: bytes | bytearray) -> None:
+        decoder = self.decoder
+        was_partial = decoder.buffered
+        try:
+            payloads = decoder.feed(bytes(chunk))
+        except FrameTooLarge as exc:
+            await self._handle(exc.complete)
+            if exc.size <= decoder.limit:  # the frames before it authenticated the client
+                await self._feed(exc.rest)
                 return
-            await self._dispatch(self._triage(payloads))
+            self.session.reply_now({"ok": False, "error": str(exc)}, None)
+            raise EndConnection from None
+        if decoder.buffered and (payloads or not was_partial):
+            self._frame_deadline = trio.current_time() + PARTIAL_FRAME_TIMEOUT_S
+        if not self.guards.partial_frames.hold(self, decoder.buffered):
+            self.guards.partial_frames.hold(self, 0)
+            self.session.reply_now({"ok": False, "error": SERVER_BUSY}, None)
+            raise EndConnection
+        await self._handle(payloads)
 
-    async def _dispatch(self, commands: list[Any]) -> None:
-        """Hand commands to the engine, at most 50 in flight for this connection."""
+    async def _handle(self, payloads: list[bytes]) -> None:
+        """Answer local frames, hand the rest to the engine in batches. Every command (local or
+        not) takes an in-flight slot until its reply is written, so a client that does not read
+        its replies stops being read."""
         session = self.session
-        while commands:
-            room = session.room()  # checked here first: waiting is a coroutine call per read
-            if room <= 0:
-                room = await session.wait_capacity()
-            part, commands = commands[:room], commands[room:]
-            session.in_flight += len(part)
-            await self.actor.submit(Batch(session, part))
-
-    def _triage(self, payloads: list[bytes]) -> list[Any]:
-        """Decode frames; answer local ones; return those for the engine."""
-        session = self.session
-        commands = []
+        commands: list[Any] = []
         for payload in payloads:
+            if session.in_flight + len(commands) >= MAX_IN_FLIGHT:
+                if commands:
+                    await self._submit(commands)
+                    commands = []
+                if session.room() <= 0:
+                    await session.wait_capacity()
             command = decode_command(payload)
-            if isinstance(command, Rejected):
-                session.reply_now({"ok": False, "error": command.error}, command.req_id)
-            elif isinstance(command, cmd.Auth):
-                self._auth(command)
-            elif not session.authenticated:
-                session.reply_now({"ok": False, "error": NOT_AUTHENTICATED}, command.reqId)
-            elif isinstance(command, cmd.Hello):
-                session.reply_now(hello_reply(), command.reqId)
-            elif isinstance(command, cmd.Ping):
-                session.reply_now(ping_reply(self.actor.clock.now_ms()), command.reqId)
-            elif isinstance(command, cmd.SubscribeEvents | cmd.UnsubscribeEvents):
-                self._subscribe(command)
+            if isinstance(command, LOCAL_COMMANDS) or not session.authenticated:
+                await self._answer(command)
             else:
                 commands.append(command)
-        return commands
+        if commands:
+            await self._submit(commands)
 
-    def _auth(self, command: cmd.Auth) -> None:
-        if tokens_match(command.token, self.tokens):
-            self.session.authenticated = True
-            self.session.reply_now({"ok": True}, command.reqId)
+    async def _submit(self, commands: list[Any]) -> None:
+        self.session.in_flight += len(commands)
+        await self.actor.submit(Batch(self.session, commands))
+
+    async def _answer(self, command: Any) -> None:
+        """Answer a command the connection handles itself; before Auth, only Auth is heard."""
+        session = self.session
+        if isinstance(command, cmd.Auth):
+            await self._auth(command)
+        elif not session.authenticated:
+            req_id = command.req_id if isinstance(command, Rejected) else command.reqId
+            session.reply_now({"ok": False, "error": NOT_AUTHENTICATED}, req_id)
+        elif isinstance(command, Rejected):
+            session.reply_now({"ok": False, "error": command.error}, command.req_id)
+        elif isinstance(command, cmd.Hello):
+            session.reply_now(hello_reply(), command.reqId)
+        elif isinstance(command, cmd.SubscribeEvents | cmd.UnsubscribeEvents):
+            self._subscribe(command)
         else:
-            self.session.reply_now({"ok": False, "error": INVALID_TOKEN}, command.reqId)
+            session.reply_now(ping_reply(self.actor.clock.now_ms()), command.reqId)
+
+    async def _auth(self, command: cmd.Auth) -> None:
+        """Check a token. With tokens configured, a peer's repeated failures are answered ever
+        more slowly, and a connection is closed after its third."""
+        throttle = self.guards.auth
+        if self.tokens:
+            pause = throttle.delay(self.peer, trio.current_time())
+            if pause:
+                await trio.sleep(pause)
+        if tokens_match(command.token, self.tokens):
+            throttle.succeeded(self.peer)
+            self.session.authenticated = True
+            self.decoder.limit = MAX_FRAME_SIZE
+            self.session.reply_now({"ok": True}, command.reqId)
+            return
+        self.session.reply_now({"ok": False, "error": INVALID_TOKEN}, command.reqId)
+        if not self.tokens:
+            return  # nothing to guess
+        throttle.failed(self.peer, trio.current_time())
+        self.auth_failures += 1
+        if self.auth_failures >= MAX_AUTH_FAILURES:
+            log.info(
+                "connection %s: %d failed Auth attempts; closed", self.session.id, MAX_AUTH_FAILURES
+            )
+            raise EndConnection
 
     def _subscribe(self, command: cmd.SubscribeEvents | cmd.UnsubscribeEvents) -> None:
         """SubscribeEvents/UnsubscribeEvents: answered here, like Ping (no engine state)."""
@@ -161,7 +261,7 @@ class Connection:
                 subscription.dropped = "client not reading its events"
                 self.actor.bus.unsubscribe(subscription)
                 break
-            self.session.reply_now(tcp_event_frame(message), None)
+            self.session.send_event(tcp_event_frame(message))
         if subscription.dropped is not None and self._nursery is not None:
             log.info("event subscriber dropped: %s", subscription.dropped)
             self._nursery.cancel_scope.cancel()
@@ -172,6 +272,31 @@ class Connection:
             data, count = await session.wait_output()
             await self.stream.send_all(data)
             session.written(count)
+
+
+class Guards:
+    """What all connections of one server share to stay bounded together."""
+
+    def __init__(self) -> None:
+        self.partial_frames = PartialFrameBudget()
+        self.auth = AuthThrottle()
+
+
+def peer_address(stream: trio.abc.Stream) -> Any:
+    """The peer's IP address (failed Auth attempts are counted per address), or None."""
+    if not isinstance(stream, trio.SocketStream):
+        return None
+    try:
+        return stream.socket.getpeername()[0]
+    except (OSError, IndexError, TypeError):
+        return None
+
+
+def holds(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether `exc` is, or is a group holding, an exception of `kind`."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(kind) is not None
+    return isinstance(exc, kind)
 
 
 def direct_sender(stream: trio.abc.Stream) -> Callable[[bytearray], int] | None:
@@ -244,6 +369,7 @@ class TcpServer:
         self.actor = actor
         self.tokens = tokens
         self.connections: set[Connection] = set()
+        self.guards = Guards()
         self._accepting = trio.CancelScope()
         self._handlers: trio.Nursery | None = None
 
@@ -266,10 +392,16 @@ class TcpServer:
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
         """Serve one already-connected stream (used for sockets and for in-memory tests)."""
-        connection = Connection(stream, self.actor, self.tokens)
+        connection = Connection(stream, self.actor, self.tokens, self.guards)
         self.connections.add(connection)
         try:
             await connection.serve()
+        except Exception as exc:
+            if holds(exc, StoreError):
+                raise  # the store failed: the broker stops (fail-stop), see EngineActor._commit
+            # A bug met while serving this client costs this connection only (serve() has
+            # already closed it); the broker and the other connections go on.
+            log.exception("connection %s failed and was closed", connection.session.id)
         finally:
             self.connections.discard(connection)
 
@@ -280,16 +412,34 @@ class TcpServer:
         self._handlers.start_soon(self.serve_stream, stream)
 
     async def _accept_loop(self, listener: trio.SocketListener) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:  # e.g. too many open files: wait, then accept again
-                log.warning("accept failed: %s", exc)
-                await trio.sleep(0.1)
-                continue
-            stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, 1)
-            assert self._handlers is not None
-            self._handlers.start_soon(self.serve_stream, stream)
+        """Accept connections in bursts: every connection ready in the kernel's queue (up to
+        ACCEPT_BURST) per turn, rather than one per turn of the scheduler, so new clients are
+        not starved while many busy connections are served."""
+        listening = listener.socket
+        # A second handle on the listening socket, for accept() without a checkpoint each.
+        burst = socket.socket(fileno=os.dup(listening.fileno()))
+        burst.setblocking(False)
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(listening)
+                try:
+                    for _ in range(ACCEPT_BURST):
+                        sock, _address = burst.accept()
+                        self._serve_accepted(sock)
+                except BlockingIOError:
+                    pass
+                except OSError as exc:  # e.g. too many open files: wait, then accept again
+                    log.warning("accept failed: %s", exc)
+                    await trio.sleep(0.1)
+        finally:
+            burst.close()
+
+    def _serve_accepted(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, 1)
+        assert self._handlers is not None
+        self._handlers.start_soon(self.serve_stream, stream)
 
     def stop_accepting(self) -> None:
         """Close the listeners; connections already open go on."""

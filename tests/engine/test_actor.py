@@ -53,3 +53,22 @@ async def test_a_batch_never_overtakes_one_the_actor_took_from_its_inbox() -> No
         first, second = session.replies
         assert "job" not in first, "the PULL ran before the PUSH it followed"
         assert second["job"]["id"] == first["id"]
+
+
+async def test_batches_of_many_connections_in_one_scheduler_turn_share_one_pass() -> None:
+    # Were each connection's batch to run inline while the actor looks idle, every one would
+    # commit on its own and a busy broker would serve a turn of the scheduler per commit.
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    sessions = [RecordingSession(actor.outbox) for _ in range(10)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()  # the actor is idle, parked on its inbox
+        passes_before = actor.passes
+        async with trio.open_nursery() as clients:
+            for session in sessions:
+                batch = Batch(session, [command(cmd="PUSH", queue="q", data=1)])
+                clients.start_soon(actor.submit, batch)
+        await trio.testing.wait_all_tasks_blocked()
+        actor.inbox.close()
+    assert all(len(session.replies) == 1 for session in sessions)
+    assert actor.passes - passes_before <= 2  # one inline, the other nine together

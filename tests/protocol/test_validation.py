@@ -905,3 +905,65 @@ def test_pushb_items_take_the_name_out_of_data() -> None:
     command = accepted(pushb({"data": {"name": "legacy", "v": 2}}, {"data": 3}))
     assert [job.name for job in command.jobs] == ["legacy", "default"]
     assert [msgspec.msgpack.decode(job.data) for job in command.jobs] == [{"v": 2}, 3]
+
+
+# -- caps on stored strings and lists (README "Limits") ------------------------------------------
+
+ID_CAP = 1024
+
+
+def push_with(**fields: Any) -> dict[str, Any]:
+    return {"cmd": "PUSH", "queue": "q", "data": {}, **fields}
+
+
+@pytest.mark.parametrize("field", ["jobId", "uniqueKey", "groupId", "parentId", "debounceId"])
+def test_ids_and_keys_are_capped_at_1024_characters(field: str) -> None:
+    assert accepted(push_with(**{field: "k" * ID_CAP}))
+    too_long = "k" * (ID_CAP + 1)
+    assert rejected(push_with(**{field: too_long})) == f"{field} too long (max 1024 characters)"
+
+
+def test_pushb_custom_id_is_capped() -> None:
+    request = {"cmd": "PUSHB", "queue": "q", "jobs": [{"data": 1, "customId": "c" * 1025}]}
+    assert rejected(request) == "jobs[0]: customId too long (max 1024 characters)"
+
+
+def test_tags_are_capped_at_100() -> None:
+    assert accepted(push_with(tags=[f"t{i}" for i in range(100)]))
+    tags = [f"t{i}" for i in range(101)]
+    assert rejected(push_with(tags=tags)) == "tags has too many items (max 100)"
+    assert rejected(push_with(tags=["t" * 1025])) == "tags items too long (max 1024 characters)"
+
+
+def test_depends_on_is_deduplicated_then_capped_at_1000() -> None:
+    command = accepted(push_with(dependsOn=["a", "b", "a", "b", "c"]))
+    assert command.dependsOn == ["a", "b", "c"]
+    assert accepted(push_with(dependsOn=["same"] * 100_000)).dependsOn == ["same"]
+    many = [f"j{i}" for i in range(1001)]
+    assert rejected(push_with(dependsOn=many)) == "dependsOn has too many items (max 1000)"
+
+
+def test_progress_message_is_capped_at_4096_characters() -> None:
+    request = {"cmd": "Progress", "id": "j", "progress": 5}
+    assert accepted({**request, "message": "m" * 4096})
+    text = rejected({**request, "message": "m" * 4097})
+    assert text == "message too long (max 4096 characters)"
+
+
+def test_long_req_id_is_refused_without_being_echoed() -> None:
+    assert accepted({"cmd": "Ping", "reqId": "r" * 256})
+    for req_id in ("r" * 257, ["r"] * 300):
+        assert decode({"cmd": "Ping", "reqId": req_id}) == Rejected(
+            None, "reqId too long (max 256 characters)"
+        )
+    assert decode({"cmd": "nope", "reqId": "r" * 1000}) == Rejected(
+        None, "reqId too long (max 256 characters)"
+    )
+
+
+def test_unknown_command_never_shows_a_python_repr_or_a_huge_name() -> None:
+    ext = msgspec.msgpack.Ext(5, b"\x01\x02")
+    assert rejected({"cmd": ext}) == "Unknown command: [object Object]"
+    assert rejected({"cmd": {"a": 1}}) == "Unknown command: [object Object]"
+    assert rejected({"cmd": True}) == "Unknown command: true"
+    assert rejected({"cmd": "x" * 10_000}) == "Unknown command: " + "x" * 64 + "..."
