@@ -321,18 +321,16 @@ async def receive_request(
         connection.receive_data(bytes(chunk))  # empty: the client closed (h11 reports it)
         event = None
     body = bytearray()
-    with trio.move_on_after(REQUEST_TIMEOUT_S):
-        try:
-            request = await _read_message(stream, connection, budget, body, event)
-        except h11.RemoteProtocolError as exc:
-            budget.give(len(body))
-            raise RequestFailed(exc.error_status_hint, f"Bad request: {exc}") from exc
-        except BaseException:
-            budget.give(len(body))
-            raise
-        return request, body
-    budget.give(len(body))
-    raise RequestFailed(408, "Request timeout")
+    try:
+        with trio.move_on_after(REQUEST_TIMEOUT_S):
+            return await _read_message(stream, connection, budget, body, event), body
+        raise RequestFailed(408, "Request timeout")
+    except h11.RemoteProtocolError as exc:
+        budget.give(len(body))
+        raise RequestFailed(exc.error_status_hint, f"Bad request: {exc}") from exc
+    except BaseException:
+        budget.give(len(body))
+        raise
 
 
 async def _read_message(

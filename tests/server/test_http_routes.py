@@ -27,8 +27,9 @@ async def exchange(app: App, nursery: trio.Nursery, request: bytes) -> bytes:
     nursery.start_soon(app.http.serve_stream, server)
     await client.send_all(request)
     received = b""
-    while chunk := await client.receive_some(65536):
-        received += chunk
+    with trio.fail_after(120):  # the server's own timeouts close it well before
+        while chunk := await client.receive_some(65536):
+            received += chunk
     return received
 
 
