@@ -60,15 +60,16 @@ def parse_json(text: bytes | bytearray | str) -> Any:
         raise ValueError(INVALID_JSON) from exc
 
 
-def command_from(message: dict[str, Any]) -> Any:
-    """The command a JSON message stands for, validated as a TCP frame would be; a `Rejected`
-    (never an exception) when it is not one."""
+def command_from(message: Any) -> Any:
+    """The command a decoded JSON message stands for, validated as a TCP frame would be; a
+    `Rejected` (never an exception) when it is not one."""
+    req_id = message.get("reqId") if isinstance(message, dict) else None
     try:
         payload = _to_msgpack(message)
     except OverflowError:
-        return Rejected(message.get("reqId"), NUMBER_TOO_LARGE)
+        return Rejected(req_id, NUMBER_TOO_LARGE)
     except (TypeError, ValueError, RecursionError):
-        return Rejected(message.get("reqId"), "Invalid command format")
+        return Rejected(req_id, "Invalid command format")
     return decode_command(payload)
 
 
