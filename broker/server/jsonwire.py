@@ -11,7 +11,9 @@ holds values JSON cannot; they are shown as follows (README, "Operating"):
   `{"$ext": <type>, "data": "<base64 of its bytes>"}`; MessagePack binary becomes a base64 string;
 - a map key that is not a string or a number (nil, an array, an extension) becomes its JSON text
   (`"null"`, `"[1,2]"`);
-- NaN and the infinities become null (as JavaScript's `JSON.stringify` does).
+- NaN and the infinities become null (as JavaScript's `JSON.stringify` does);
+- a stored value that is not readable MessagePack at all (e.g. a timestamp extension of the
+  wrong length) becomes `{"$msgpack": "<base64 of its bytes>"}`.
 
 If even that fails, the reply is `{"ok": false, "error": "Reply cannot be shown as JSON"}`.
 """
@@ -77,9 +79,12 @@ def reply_json(reply: Any) -> bytes:
     """A reply (which may hold raw MessagePack) as JSON text. Never raises."""
     try:
         plain = _from_msgpack(_to_msgpack(reply))
-    except Exception:  # cannot happen for replies the engine builds; still never raise
-        log.exception("a reply could not be read back from MessagePack")
-        return UNSHOWABLE
+    except Exception:  # a stored value msgspec will not read (an invalid timestamp)
+        try:
+            plain = _readable(reply)
+        except Exception:
+            log.exception("a reply could not be read back from MessagePack")
+            return UNSHOWABLE
     try:
         return _to_json(plain)
     except (TypeError, ValueError, RecursionError):
@@ -89,6 +94,22 @@ def reply_json(reply: Any) -> bytes:
     except Exception:
         log.exception("a reply could not be shown as JSON")
         return UNSHOWABLE
+
+
+def _readable(value: Any) -> Any:
+    """`value` as plain values, each raw MessagePack part read on its own (the slow path)."""
+    if isinstance(value, msgspec.Raw):
+        try:
+            return _from_msgpack(value)
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            return {"$msgpack": bytes(value)}  # JSON shows bytes as base64
+    if isinstance(value, msgspec.Struct):
+        value = msgspec.structs.asdict(value)
+    if isinstance(value, dict):
+        return {key: _readable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_readable(item) for item in value]
+    return value
 
 
 def _string_keys(value: Any) -> Any:
