@@ -24,6 +24,7 @@ import h11
 import trio
 
 from protocol import Rejected
+from protocol import commands as cmd
 
 from .. import __version__
 from ..engine.actor import EngineActor
@@ -31,7 +32,7 @@ from ..metrics import CONTENT_TYPE, Metrics
 from .jsonwire import command_from, parse_json, reply_json
 from .routes import Request, build_message, match
 from .slots import call
-from .tcp import tokens_match
+from .tcp import ping_reply, tokens_match
 from .websocket import ReplayStream, serve_websocket
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,8 @@ class HttpServer:
         command = command_from(message)
         if isinstance(command, Rejected):
             return error(400, command.error)
+        if isinstance(command, cmd.Ping):  # answered by the front end, as on TCP
+            return 200, JSON, reply_json(ping_reply(self.actor.clock.now_ms()))
         reply = await call(self.actor, command)
         return (200 if reply.get("ok") else failure_status), JSON, reply_json(reply)
 

@@ -119,7 +119,8 @@ class WebSocketClient:
         self.actor = actor
         self.tokens = tokens
         self.session = StreamSession(actor.outbox)
-        self.binary_requests: set[Any] = set()
+        # The reqIds (as MessagePack: any value, hashable) of requests sent as binary.
+        self.binary_requests: set[bytes] = set()
         self.subscription: Subscription | None = None
         self.events_scope = trio.CancelScope()
 
@@ -160,7 +161,7 @@ class WebSocketClient:
                 continue
             await self.session.wait_capacity()
             if binary:
-                self.binary_requests.add(req_id)
+                self.binary_requests.add(_to_msgpack(req_id))
             await self.actor.submit(Batch(self.session, [command]))
 
     def _local_reply(self, command: Any) -> dict[str, Any] | None:
@@ -215,8 +216,9 @@ class WebSocketClient:
         while True:
             reply = await session.next_reply()
             req_id = reply.get("reqId")
-            binary = req_id in self.binary_requests
-            self.binary_requests.discard(req_id)
+            key = _to_msgpack(req_id)
+            binary = key in self.binary_requests
+            self.binary_requests.discard(key)
             await self._send(reply, binary)
             session.written()
 

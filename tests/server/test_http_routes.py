@@ -142,3 +142,8 @@ async def test_every_route_answers_json_and_the_broker_stays_up(
         assert (status, kind) in ((200, JSON), (400, JSON), (404, JSON)), (route, body)
         assert isinstance(json.loads(body)["ok"], bool)
     assert (await http(app, nursery, "GET", "/healthz"))[0] == 200
+
+
+async def test_ping_is_answered_by_the_http_port(app: App, nursery: trio.Nursery) -> None:
+    status, _, body = await http(app, nursery, "GET", "/ping")
+    assert (status, json.loads(body)["data"]["pong"]) == (200, True)

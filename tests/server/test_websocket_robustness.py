@@ -115,3 +115,12 @@ async def test_an_unexpected_error_closes_only_that_socket(
     other = await ws_connect(app, nursery)
     assert (await call(other, cmd="Ping", reqId="p"))["ok"] is True
     await other.aclose()
+
+
+async def test_any_json_value_works_as_a_req_id(app: App, nursery: trio.Nursery) -> None:
+    socket = await ws_connect(app, nursery)
+    for req_id in ([], {"a": [1]}, None, 1.5):
+        await socket.send_message(json.dumps({"cmd": "Count", "queue": "q", "reqId": req_id}))
+        reply = json.loads(await socket.get_message())
+        assert (reply["ok"], reply.get("reqId")) == (True, req_id)
+    await socket.aclose()
