@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
 import trio
@@ -53,6 +54,8 @@ CORS_HEADERS = [
     ("access-control-allow-methods", "GET, POST, PUT, DELETE, OPTIONS"),
     ("access-control-allow-headers", "Content-Type, Authorization"),
 ]
+
+QUEUE_WORKERS = re.compile(r"/queues/(?P<queue>[^/]+)/workers")
 
 Answer = tuple[int, str, bytes]
 
@@ -176,6 +179,11 @@ class HttpServer:
             return 200, CONTENT_TYPE, self.metrics.render()
         if method == "GET" and path == "/stats":
             return await self._stats()
+        if method == "GET" and path == "/queues/summary":
+            return await self._queues_summary()
+        workers_of = QUEUE_WORKERS.fullmatch(path)
+        if method == "GET" and workers_of:
+            return await self._queue_workers(unquote(workers_of["queue"]))
         found = match(method, path)
         if found is None:
             return error(404, "Not found")
@@ -222,6 +230,25 @@ class HttpServer:
         }
         stats = {**stored, **since_start, "uptime": self._uptime_s()}
         return 200, JSON, reply_json({"ok": True, "stats": stats})
+
+    async def _queues_summary(self) -> Answer:
+        """Every queue with its pause state and job counts (a bare array, as the reference)."""
+        summary = []
+        for name in (await self._run({"cmd": "ListQueues"}))["queues"]:
+            counts = (await self._run({"cmd": "GetJobCounts", "queue": name}))["counts"]
+            paused = (await self._run({"cmd": "IsPaused", "queue": name}))["paused"]
+            summary.append({"name": name, "paused": paused, "counts": counts})
+        return 200, JSON, reply_json(summary)
+
+    async def _queue_workers(self, queue: str) -> Answer:
+        """The live workers registered for one queue."""
+        workers = (await self._run({"cmd": "ListWorkers"}))["data"]["workers"]
+        serving = [
+            worker
+            for worker in workers
+            if queue in (worker.get("queues") or []) and worker.get("status") == "active"
+        ]
+        return 200, JSON, reply_json({"ok": True, "workers": serving})
 
     async def _run(self, message: dict[str, Any]) -> dict[str, Any]:
         command = command_from(message)

@@ -147,3 +147,17 @@ async def test_every_route_answers_json_and_the_broker_stays_up(
 async def test_ping_is_answered_by_the_http_port(app: App, nursery: trio.Nursery) -> None:
     status, _, body = await http(app, nursery, "GET", "/ping")
     assert (status, json.loads(body)["data"]["pong"]) == (200, True)
+
+
+async def test_queue_summary_and_queue_workers(app: App, nursery: trio.Nursery) -> None:
+    await http(app, nursery, "POST", "/queues/a/jobs", {"data": 1})
+    await http(app, nursery, "POST", "/queues/b/pause")
+    worker = {"name": "w", "queues": ["a"], "workerId": "w1"}
+    assert (await http(app, nursery, "POST", "/workers", worker))[0] == 200
+    _, _, body = await http(app, nursery, "GET", "/queues/summary")
+    summary = {entry["name"]: entry for entry in json.loads(body)}
+    assert (summary["a"]["counts"]["waiting"], summary["b"]["paused"]) == (1, True)
+    _, _, body = await http(app, nursery, "GET", "/queues/a/workers")
+    assert [w["id"] for w in json.loads(body)["workers"]] == ["w1"]
+    _, _, body = await http(app, nursery, "GET", "/queues/b/workers")
+    assert json.loads(body)["workers"] == []
