@@ -55,7 +55,8 @@ CORS_HEADERS = [
     ("access-control-allow-headers", "Content-Type, Authorization"),
 ]
 
-QUEUE_WORKERS = re.compile(r"/queues/(?P<queue>[^/]+)/workers")
+# Queue routes built from several commands (no single TCP command answers them).
+QUEUE_VIEWS = re.compile(r"/queues/(?P<queue>[^/]+)/(?P<view>workers|dlq/stats)")
 
 Answer = tuple[int, str, bytes]
 
@@ -181,9 +182,11 @@ class HttpServer:
             return await self._stats()
         if method == "GET" and path == "/queues/summary":
             return await self._queues_summary()
-        workers_of = QUEUE_WORKERS.fullmatch(path)
-        if method == "GET" and workers_of:
-            return await self._queue_workers(unquote(workers_of["queue"]))
+        view = QUEUE_VIEWS.fullmatch(path)
+        if method == "GET" and view and view["view"] == "workers":
+            return await self._queue_workers(unquote(view["queue"]))
+        if method == "GET" and view:
+            return await self._dlq_stats(unquote(view["queue"]))
         found = match(method, path)
         if found is None:
             return error(404, "Not found")
@@ -249,6 +252,18 @@ class HttpServer:
             if queue in (worker.get("queues") or []) and worker.get("status") == "active"
         ]
         return 200, JSON, reply_json({"ok": True, "workers": serving})
+
+    async def _dlq_stats(self, queue: str) -> Answer:
+        """How many failed jobs the queue's DLQ holds (the reference's `total` and `byQueue`)."""
+        command = command_from({"cmd": "GetJobCounts", "queue": queue})
+        if isinstance(command, Rejected):
+            return error(400, command.error)
+        total = (await call(self.actor, command))["counts"].get("failed", 0)
+        return (
+            200,
+            JSON,
+            reply_json({"ok": True, "stats": {"total": total, "byQueue": {queue: total}}}),
+        )
 
     async def _run(self, message: dict[str, Any]) -> dict[str, Any]:
         command = command_from(message)

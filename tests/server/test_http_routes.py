@@ -161,3 +161,13 @@ async def test_queue_summary_and_queue_workers(app: App, nursery: trio.Nursery) 
     assert [w["id"] for w in json.loads(body)["workers"]] == ["w1"]
     _, _, body = await http(app, nursery, "GET", "/queues/b/workers")
     assert json.loads(body)["workers"] == []
+
+
+async def test_dlq_stats_counts_failed_jobs(app: App, nursery: trio.Nursery) -> None:
+    _, _, body = await http(app, nursery, "POST", "/queues/dq/jobs", {"data": 1, "attempts": 1})
+    job_id = json.loads(body)["id"]
+    await http(app, nursery, "GET", "/queues/dq/jobs")
+    await http(app, nursery, "POST", f"/jobs/{job_id}/fail", {"error": "no"})
+    status, _, body = await http(app, nursery, "GET", "/queues/dq/dlq/stats")
+    assert (status, json.loads(body)["stats"]) == (200, {"total": 1, "byQueue": {"dq": 1}})
+    assert (await http(app, nursery, "GET", "/queues/bad%20name/dlq/stats"))[0] == 400
