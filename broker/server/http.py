@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -101,6 +102,17 @@ class HttpServer:
         self.tokens = tokens
         self.ready = False
         self.budget = BodyBudget(MAX_BUFFERED_BODIES)
+        # GET pages answered by the HTTP port itself (or from several commands).
+        self._pages: dict[str, Callable[[], Awaitable[Answer]]] = {
+            "/healthz": self._live,
+            "/live": self._live,
+            "/health": self._health_page,
+            "/ready": self._ready_page,
+            "/metrics": self._metrics_page,
+            "/prometheus": self._metrics_page,
+            "/stats": self._stats,
+            "/queues/summary": self._queues_summary,
+        }
 
     async def run(self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED):
         """Listen until cancelled; reports the listeners."""
@@ -169,24 +181,18 @@ class HttpServer:
             return 204, JSON, b""
         if path not in OPEN_PATHS and not self._authorized(request):
             return error(401, "Unauthorized")
-        if method == "GET" and path in ("/healthz", "/live"):
-            return 200, "text/plain", b"OK"
-        if method == "GET" and path == "/health":
-            return 200, JSON, reply_json(self._health())
-        if method == "GET" and path == "/ready":
-            ready = self.ready
-            return (200 if ready else 503), JSON, reply_json({"ok": ready, "ready": ready})
-        if method == "GET" and path in ("/metrics", "/prometheus"):
-            return 200, CONTENT_TYPE, self.metrics.render()
-        if method == "GET" and path == "/stats":
-            return await self._stats()
-        if method == "GET" and path == "/queues/summary":
-            return await self._queues_summary()
+        page = self._pages.get(path) if method == "GET" else None
+        if page is not None:
+            return await page()
         view = QUEUE_VIEWS.fullmatch(path)
         if method == "GET" and view and view["view"] == "workers":
             return await self._queue_workers(unquote(view["queue"]))
         if method == "GET" and view:
             return await self._dlq_stats(unquote(view["queue"]))
+        return await self._rest(method, url.path, url.query, body)
+
+    async def _rest(self, method: str, path: str, query: str, body: bytes | bytearray) -> Answer:
+        """A route of the table (routes.py): its command, run as TCP would."""
         found = match(method, path)
         if found is None:
             return error(404, "Not found")
@@ -197,8 +203,21 @@ class HttpServer:
             return error(400, str(exc))
         if not isinstance(fields, dict):
             return error(400, "Body must be a JSON object")
-        message = build_message(route, Request(params, parse_qs(url.query), fields))
+        message = build_message(route, Request(params, parse_qs(query), fields))
         return await self._command(message, route.failure_status)
+
+    async def _live(self) -> Answer:
+        return 200, "text/plain", b"OK"
+
+    async def _health_page(self) -> Answer:
+        return 200, JSON, reply_json(self._health())
+
+    async def _ready_page(self) -> Answer:
+        ready = self.ready
+        return (200 if ready else 503), JSON, reply_json({"ok": ready, "ready": ready})
+
+    async def _metrics_page(self) -> Answer:
+        return 200, CONTENT_TYPE, self.metrics.render()
 
     def _authorized(self, request: h11.Request) -> bool:
         if not self.tokens:

@@ -111,13 +111,13 @@ async def test_an_unexpected_error_answers_500_once_logged(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def broken(*args: object) -> None:
+    def broken() -> bytes:
         raise RuntimeError("boom")
 
     assert app.http is not None
-    monkeypatch.setattr(app.http, "_stats", broken)
+    monkeypatch.setattr(app.http.metrics, "render", broken)
     with caplog.at_level(logging.ERROR):
-        status, _, body = await http(app, nursery, "GET", "/stats")
+        status, _, body = await http(app, nursery, "GET", "/metrics")
     assert (status, json.loads(body)) == (500, {"ok": False, "error": "Internal server error"})
     assert [record.exc_info is not None for record in caplog.records] == [True]
     assert (await http(app, nursery, "GET", "/healthz"))[0] == 200
