@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
 import trio
+import trio_websocket
 
 from protocol import Rejected
 from protocol import commands as cmd
@@ -60,6 +61,14 @@ CORS_HEADERS = [
 QUEUE_VIEWS = re.compile(r"/queues/(?P<queue>[^/]+)/(?P<view>workers|dlq/stats)")
 
 Answer = tuple[int, str, bytes]
+# Errors that mean the client left or broke the protocol: the connection ends, nothing is logged.
+PEER_GONE = (
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    h11.RemoteProtocolError,
+    trio_websocket.ConnectionClosed,
+    trio_websocket.HandshakeError,
+)
 
 
 def error(status: int, message: str) -> Answer:
@@ -123,7 +132,7 @@ class HttpServer:
         wrong in it ends this connection only."""
         try:
             await self._serve(stream)
-        except* (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
+        except* PEER_GONE:
             pass  # the client went away or spoke broken HTTP: nothing to tell it
         except* Exception as failure:
             log.error("HTTP connection failed; closing it", exc_info=failure)

@@ -124,3 +124,24 @@ async def test_any_json_value_works_as_a_req_id(app: App, nursery: trio.Nursery)
         reply = json.loads(await socket.get_message())
         assert (reply["ok"], reply.get("reqId")) == (True, req_id)
     await socket.aclose()
+
+
+UPGRADE = (
+    b"GET /ws HTTP/1.1\r\nhost: t\r\nupgrade: websocket\r\nconnection: upgrade\r\n"
+    b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("sent", [UPGRADE, UPGRADE[:-2] + b"\r\n", UPGRADE + b"\x81\x85"])
+async def test_a_client_leaving_mid_handshake_is_not_an_error(
+    app: App, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture, sent: bytes
+) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    assert app.http is not None
+    with caplog.at_level(logging.ERROR):
+        async with trio.open_nursery() as inner:
+            inner.start_soon(app.http.serve_stream, server)
+            await client.send_all(sent)
+            await client.aclose()
+    assert caplog.records == []
+    assert (await http(app, nursery, "GET", "/healthz"))[0] == 200
