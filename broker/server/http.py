@@ -49,6 +49,8 @@ IDLE_TIMEOUT_S = 30.0
 # A request's head and body must arrive within this long of its first byte (else 408).
 REQUEST_TIMEOUT_S = 30.0
 READ_SIZE = 65536
+# Open WebSockets at most (as the reference); more are answered 503.
+MAX_WEBSOCKETS = 1000
 OPEN_PATHS = frozenset({"/health", "/healthz", "/live", "/ready", "/metrics", "/prometheus"})
 JSON = "application/json"
 CORS_HEADERS = [
@@ -111,6 +113,7 @@ class HttpServer:
         self.tokens = tokens
         self.ready = False
         self.budget = BodyBudget(MAX_BUFFERED_BODIES)
+        self.websockets = 0
         # GET pages answered by the HTTP port itself (or from several commands).
         self._pages: dict[str, Callable[[], Awaitable[Answer]]] = {
             "/healthz": self._live,
@@ -148,9 +151,20 @@ class HttpServer:
         if head is None:
             return
         if is_websocket_upgrade(head):
-            await serve_websocket(ReplayStream(stream, head), self.actor, self.tokens)
+            await self._serve_websocket(stream, head)
             return
         await self._serve_http(stream, head)
+
+    async def _serve_websocket(self, stream: trio.abc.Stream, head: bytes) -> None:
+        """One WebSocket, unless MAX_WEBSOCKETS are open (each may buffer a 1 MiB message)."""
+        if self.websockets >= MAX_WEBSOCKETS:
+            await send_bare_error(stream, RequestFailed(503, "Too many WebSocket connections"))
+            return
+        self.websockets += 1
+        try:
+            await serve_websocket(ReplayStream(stream, head), self.actor, self.tokens)
+        finally:
+            self.websockets -= 1
 
     async def _serve_http(self, stream: trio.abc.Stream, head: bytes) -> None:
         connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)

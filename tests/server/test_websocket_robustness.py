@@ -13,6 +13,7 @@ import trio_websocket
 
 from broker.app import App
 from broker.config import Config
+from broker.server import http as http_module
 from broker.server import websocket as websocket_module
 from tests.conftest import Connect, start_app
 from tests.server.test_http import http
@@ -145,3 +146,23 @@ async def test_a_client_leaving_mid_handshake_is_not_an_error(
             await client.aclose()
     assert caplog.records == []
     assert (await http(app, nursery, "GET", "/healthz"))[0] == 200
+
+
+async def test_websockets_beyond_the_cap_are_refused_503(
+    app: App, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_module, "MAX_WEBSOCKETS", 1)
+    first = await ws_connect(app, nursery)
+    client, server = trio.testing.memory_stream_pair()
+    assert app.http is not None
+    nursery.start_soon(app.http.serve_stream, server)
+    await client.send_all(UPGRADE)
+    refused = b""
+    while chunk := await client.receive_some(65536):
+        refused += chunk
+    assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    await first.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    second = await ws_connect(app, nursery)
+    assert (await call(second, cmd="Ping", reqId="p"))["ok"] is True
+    await second.aclose()
