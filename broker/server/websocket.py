@@ -190,6 +190,8 @@ class WebSocketClient:
         if invalid:
             return {"ok": False, "error": f"Invalid: {', '.join(invalid)}"}
         queue = message.get("queue")
+        if queue is not None and not isinstance(queue, str):
+            return {"ok": False, "error": "queue must be a string"}
         self._unsubscribe()
         self.subscription = self.actor.bus.subscribe(patterns, queue)
         self.events_scope = trio.CancelScope()

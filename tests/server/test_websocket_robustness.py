@@ -166,3 +166,10 @@ async def test_websockets_beyond_the_cap_are_refused_503(
     second = await ws_connect(app, nursery)
     assert (await call(second, cmd="Ping", reqId="p"))["ok"] is True
     await second.aclose()
+
+
+async def test_subscribe_checks_its_queue(app: App, nursery: trio.Nursery) -> None:
+    socket = await ws_connect(app, nursery)
+    reply = await call(socket, cmd="Subscribe", events=["*"], queue=["q"], reqId="s")
+    assert reply == {"ok": False, "error": "queue must be a string", "reqId": "s"}
+    await socket.aclose()
