@@ -1,55 +1,107 @@
-"""The HTTP port: health, readiness, Prometheus metrics, stats, a small REST surface, and the
-WebSocket endpoint `/ws`.
+"""The HTTP port: health, readiness, Prometheus metrics, stats, the REST routes (routes.py), and
+the WebSocket endpoint `/ws`.
 
 h11 parses HTTP; trio-websocket speaks WebSocket. Both share the port: the request head is
 read first, and an upgrade to `/ws` is handed to trio-websocket with those bytes replayed.
 REST commands go through the same validation and engine as TCP, so they answer the same way.
+
+Robustness is a property of the connection task, not of each handler: `serve_stream` contains
+every unexpected error of its connection (logged once with its traceback, then the connection
+is closed), and an error while answering one request is answered 500. Every wait on the client
+has a deadline (an idle keep-alive connection closes, a request's head and body must arrive in
+time), and request bodies buffered across all connections share one byte budget.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import re
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
-import msgspec
 import trio
+import trio_websocket
 
-from protocol import Rejected, decode_command
+from protocol import Rejected
+from protocol import commands as cmd
 
 from .. import __version__
 from ..engine.actor import EngineActor
 from ..metrics import CONTENT_TYPE, Metrics
+from .jsonwire import command_from, parse_json, reply_json
+from .routes import Request, build_message, match
 from .slots import call
-from .tcp import tokens_match
+from .tcp import ping_reply, tokens_match
 from .websocket import ReplayStream, serve_websocket
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 11 * 1024 * 1024
+# Request bodies buffered at once, over every connection: past it a request is answered 503.
+MAX_BUFFERED_BODIES = 32 * 1024 * 1024
+# A kept-alive connection with no request starting closes after this long.
+IDLE_TIMEOUT_S = 30.0
+# A request's head and body must arrive within this long of its first byte (else 408).
+REQUEST_TIMEOUT_S = 30.0
+READ_SIZE = 65536
+# Open WebSockets at most (as the reference); more are answered 503.
+MAX_WEBSOCKETS = 1000
 OPEN_PATHS = frozenset({"/health", "/healthz", "/live", "/ready", "/metrics", "/prometheus"})
-_to_msgpack = msgspec.msgpack.Encoder().encode
-_from_msgpack = msgspec.msgpack.Decoder().decode
-_json = msgspec.json.Encoder().encode
-
-
-def jsonable(reply: dict[str, Any]) -> bytes:
-    """A reply as JSON (raw MessagePack payloads inside it decoded first)."""
-    return _json(_from_msgpack(_to_msgpack(reply)))
-
-
-Route = tuple[str, re.Pattern[str], str]
-ROUTES: list[Route] = [
-    ("POST", re.compile(r"/queues/(?P<queue>[^/]+)/jobs"), "push"),
-    ("GET", re.compile(r"/queues/(?P<queue>[^/]+)/jobs"), "pull"),
-    ("GET", re.compile(r"/jobs/(?P<id>[^/]+)"), "get"),
-    ("POST", re.compile(r"/jobs/(?P<id>[^/]+)/ack"), "ack"),
-    ("POST", re.compile(r"/jobs/(?P<id>[^/]+)/fail"), "fail"),
+JSON = "application/json"
+CORS_HEADERS = [
+    ("access-control-allow-origin", "*"),
+    ("access-control-allow-methods", "GET, POST, PUT, DELETE, OPTIONS"),
+    ("access-control-allow-headers", "Content-Type, Authorization"),
 ]
+
+# Queue routes built from several commands (no single TCP command answers them).
+QUEUE_VIEWS = re.compile(r"/queues/(?P<queue>[^/]+)/(?P<view>workers|dlq/stats)")
+
+Answer = tuple[int, str, bytes]
+# Errors that mean the client left or broke the protocol: the connection ends, nothing is logged.
+PEER_GONE = (
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    h11.RemoteProtocolError,
+    trio_websocket.ConnectionClosed,
+    trio_websocket.HandshakeError,
+)
+
+
+def error(status: int, message: str) -> Answer:
+    """A JSON error answer."""
+    return status, JSON, reply_json({"ok": False, "error": message})
+
+
+class RequestFailed(Exception):
+    """The request cannot be served; answer `status` with `message` and close."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BodyBudget:
+    """Bytes of request body buffered now, over every connection, against one limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, size: int) -> None:
+        """Count `size` more bytes; raises RequestFailed(503) past the limit."""
+        if self.used + size > self.limit:
+            raise RequestFailed(503, "Server busy: too many request bodies in progress")
+        self.used += size
+
+    def give(self, size: int) -> None:
+        """Release bytes taken before."""
+        self.used -= size
 
 
 class HttpServer:
@@ -60,66 +112,135 @@ class HttpServer:
         self.metrics = metrics
         self.tokens = tokens
         self.ready = False
+        self.budget = BodyBudget(MAX_BUFFERED_BODIES)
+        self.websockets = 0
+        # GET pages answered by the HTTP port itself (or from several commands).
+        self._pages: dict[str, Callable[[], Awaitable[Answer]]] = {
+            "/healthz": self._live,
+            "/live": self._live,
+            "/health": self._health_page,
+            "/ready": self._ready_page,
+            "/metrics": self._metrics_page,
+            "/prometheus": self._metrics_page,
+            "/stats": self._stats,
+            "/queues/summary": self._queues_summary,
+        }
 
     async def run(self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED):
         """Listen until cancelled; reports the listeners."""
         await trio.serve_tcp(self.serve_stream, port, host=host, task_status=task_status)
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
-        """One client connection: HTTP requests (keep-alive), or one WebSocket."""
+        """One client connection: HTTP requests (keep-alive), or one WebSocket. Whatever goes
+        wrong in it ends this connection only."""
         try:
-            head = await read_head(stream)
-            if head is None:
-                return
-            if is_websocket_upgrade(head):
-                await serve_websocket(ReplayStream(stream, head), self.actor, self.tokens)
-                return
-            await self._serve_http(stream, head)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
-            pass
+            await self._serve(stream)
+        except* PEER_GONE:
+            pass  # the client went away or spoke broken HTTP: nothing to tell it
+        except* Exception as failure:
+            log.error("HTTP connection failed; closing it", exc_info=failure)
         finally:
             await trio.aclose_forcefully(stream)
+
+    async def _serve(self, stream: trio.abc.Stream) -> None:
+        try:
+            head = await read_head(stream)
+        except RequestFailed as failure:
+            await send_bare_error(stream, failure)
+            return
+        if head is None:
+            return
+        if is_websocket_upgrade(head):
+            await self._serve_websocket(stream, head)
+            return
+        await self._serve_http(stream, head)
+
+    async def _serve_websocket(self, stream: trio.abc.Stream, head: bytes) -> None:
+        """One WebSocket, unless MAX_WEBSOCKETS are open (each may buffer a 1 MiB message)."""
+        if self.websockets >= MAX_WEBSOCKETS:
+            await send_bare_error(stream, RequestFailed(503, "Too many WebSocket connections"))
+            return
+        self.websockets += 1
+        try:
+            await serve_websocket(ReplayStream(stream, head), self.actor, self.tokens)
+        finally:
+            self.websockets -= 1
 
     async def _serve_http(self, stream: trio.abc.Stream, head: bytes) -> None:
         connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         connection.receive_data(head)
         while True:
-            request, body = await receive_request(stream, connection)
+            try:
+                request, body = await receive_request(stream, connection, self.budget)
+            except RequestFailed as failure:
+                await send(stream, connection, None, error(failure.status, str(failure)), True)
+                return
             if request is None:
                 return
-            status, content_type, payload = await self.respond(request, body)
-            headers = [("content-type", content_type), ("content-length", str(len(payload)))]
-            response = h11.Response(status_code=status, headers=headers)
-            out = connection.send(response) or b""
-            out += connection.send(h11.Data(data=payload)) or b""
-            out += connection.send(h11.EndOfMessage()) or b""
-            await stream.send_all(out)
+            try:
+                answer = await self._answer(request, body)
+            finally:
+                self.budget.give(len(body))
+            await send(stream, connection, request, answer, False)
             if connection.our_state is h11.MUST_CLOSE:
                 return
             connection.start_next_cycle()
 
-    async def respond(self, request: h11.Request, body: bytes) -> tuple[int, str, bytes]:
+    async def _answer(self, request: h11.Request, body: bytearray) -> Answer:
+        """Route one request; an unexpected error in it is logged and answered 500."""
+        try:
+            return await self.respond(request, body)
+        except Exception:
+            log.exception("HTTP request %s %r failed", request.method, request.target)
+            return error(500, "Internal server error")
+
+    async def respond(self, request: h11.Request, body: bytes | bytearray) -> Answer:
         """Route one request: (status, content type, body)."""
         url = urlsplit(request.target.decode("latin-1"))
-        path, method = url.path, request.method.decode()
+        path, method = url.path, request.method.decode("latin-1")
+        if method == "HEAD":
+            method = "GET"  # same answer; `send` leaves the body out
+        if method == "OPTIONS":
+            return 204, JSON, b""
         if path not in OPEN_PATHS and not self._authorized(request):
-            return 401, "application/json", _json({"ok": False, "error": "Unauthorized"})
-        if method == "GET" and path in ("/healthz", "/live"):
-            return 200, "text/plain", b"OK"
-        if method == "GET" and path == "/health":
-            return 200, "application/json", _json(self._health())
-        if method == "GET" and path == "/ready":
-            ready = self.ready
-            return (200 if ready else 503), "application/json", _json({"ok": ready, "ready": ready})
-        if method == "GET" and path in ("/metrics", "/prometheus"):
-            return 200, CONTENT_TYPE, self.metrics.render()
-        if method == "GET" and path == "/stats":
-            return await self._command({"cmd": "Stats"})
-        for route_method, pattern, action in ROUTES:
-            match = pattern.fullmatch(path)
-            if match and method == route_method:
-                return await self._rest(action, match.groupdict(), parse_qs(url.query), body)
-        return 404, "application/json", _json({"ok": False, "error": "Not found"})
+            return error(401, "Unauthorized")
+        page = self._pages.get(path) if method == "GET" else None
+        if page is not None:
+            return await page()
+        view = QUEUE_VIEWS.fullmatch(path)
+        if method == "GET" and view and view["view"] == "workers":
+            return await self._queue_workers(unquote(view["queue"]))
+        if method == "GET" and view:
+            return await self._dlq_stats(unquote(view["queue"]))
+        return await self._rest(method, url.path, url.query, body)
+
+    async def _rest(self, method: str, path: str, query: str, body: bytes | bytearray) -> Answer:
+        """A route of the table (routes.py): its command, run as TCP would."""
+        found = match(method, path)
+        if found is None:
+            return error(404, "Not found")
+        route, params = found
+        try:
+            fields = parse_json(body) if body.strip() else {}
+        except ValueError as exc:
+            return error(400, str(exc))
+        if not isinstance(fields, dict):
+            return error(400, "Body must be a JSON object")
+        message = build_message(route, Request(params, parse_qs(query), fields))
+        return await self._command(message, route.failure_status)
+
+    async def _live(self) -> Answer:
+        return 200, "text/plain", b"OK"
+
+    async def _health_page(self) -> Answer:
+        return 200, JSON, reply_json(self._health())
+
+    async def _ready_page(self) -> Answer:
+        ready = self.ready
+        return (200 if ready else 503), JSON, reply_json({"ok": ready, "ready": ready})
+
+    async def _metrics_page(self) -> Answer:
+        return 200, CONTENT_TYPE, self.metrics.render()
 
     def _authorized(self, request: h11.Request) -> bool:
         if not self.tokens:
@@ -129,56 +250,137 @@ class HttpServer:
                 return tokens_match(value[7:].decode("latin-1"), self.tokens)
         return False
 
+    def _uptime_s(self) -> int:
+        """Whole seconds since the broker started."""
+        return math.floor((self.actor.clock.now_ms() - self.actor.engine.started_ms) / 1000)
+
     def _health(self) -> dict[str, Any]:
         state = self.actor.engine.state
         return {
             "ok": True,
             "status": "healthy",
             "version": __version__,
-            "uptime": self.actor.clock.now_ms() - self.actor.engine.started_ms,
+            "uptime": self._uptime_s(),
             "queues": len(state.queues),
         }
 
-    async def _rest(
-        self, action: str, params: dict[str, str], query: dict[str, list[str]], body: bytes
-    ) -> tuple[int, str, bytes]:
-        try:
-            fields = json.loads(body) if body else {}
-        except ValueError:
-            return 400, "application/json", _json({"ok": False, "error": "Invalid JSON body"})
-        if not isinstance(fields, dict):
-            return 400, "application/json", _json({"ok": False, "error": "Body must be an object"})
-        if action == "push":
-            message = {**fields, "cmd": "PUSH", "queue": params["queue"]}
-        elif action == "pull":
-            timeout = query.get("timeout", ["0"])[0]
-            # HTTP pulls are not tied to a connection, so they are detached.
-            message = {"cmd": "PULL", "queue": params["queue"], "timeout": timeout, "detach": True}
-        elif action == "get":
-            message = {"cmd": "GetJob", "id": params["id"]}
-        else:
-            message = {**fields, "cmd": "ACK" if action == "ack" else "FAIL", "id": params["id"]}
-        return await self._command(message)
+    async def _stats(self) -> Answer:
+        """Stored job counts, then since-start totals (named `total...`), and uptime in s."""
+        counts = (await self._run({"cmd": "Stats"}))["stats"]
+        totals = (await self._run({"cmd": "Metrics"}))["metrics"]
+        stored = {key: counts[key] for key in ("waiting", "active", "delayed", "completed", "dlq")}
+        since_start = {
+            key: totals[key]
+            for key in ("totalPushed", "totalPulled", "totalCompleted", "totalFailed")
+        }
+        stats = {**stored, **since_start, "uptime": self._uptime_s()}
+        return 200, JSON, reply_json({"ok": True, "stats": stats})
 
-    async def _command(self, message: dict[str, Any]) -> tuple[int, str, bytes]:
-        command = decode_command(_to_msgpack(message))
+    async def _queues_summary(self) -> Answer:
+        """Every queue with its pause state and job counts (a bare array, as the reference)."""
+        summary = []
+        for name in (await self._run({"cmd": "ListQueues"}))["queues"]:
+            counts = (await self._run({"cmd": "GetJobCounts", "queue": name}))["counts"]
+            paused = (await self._run({"cmd": "IsPaused", "queue": name}))["paused"]
+            summary.append({"name": name, "paused": paused, "counts": counts})
+        return 200, JSON, reply_json(summary)
+
+    async def _queue_workers(self, queue: str) -> Answer:
+        """The live workers registered for one queue."""
+        workers = (await self._run({"cmd": "ListWorkers"}))["data"]["workers"]
+        serving = [
+            worker
+            for worker in workers
+            if queue in (worker.get("queues") or []) and worker.get("status") == "active"
+        ]
+        return 200, JSON, reply_json({"ok": True, "workers": serving})
+
+    async def _dlq_stats(self, queue: str) -> Answer:
+        """How many failed jobs the queue's DLQ holds (the reference's `total` and `byQueue`)."""
+        command = command_from({"cmd": "GetJobCounts", "queue": queue})
         if isinstance(command, Rejected):
-            return 400, "application/json", _json({"ok": False, "error": command.error})
+            return error(400, command.error)
+        total = (await call(self.actor, command))["counts"].get("failed", 0)
+        return (
+            200,
+            JSON,
+            reply_json({"ok": True, "stats": {"total": total, "byQueue": {queue: total}}}),
+        )
+
+    async def _run(self, message: dict[str, Any]) -> dict[str, Any]:
+        command = command_from(message)
+        assert not isinstance(command, Rejected), command
+        return await call(self.actor, command)
+
+    async def _command(self, message: dict[str, Any], failure_status: int = 400) -> Answer:
+        command = command_from(message)
+        if isinstance(command, Rejected):
+            return error(400, command.error)
+        if isinstance(command, cmd.Ping):  # answered by the front end, as on TCP
+            return 200, JSON, reply_json(ping_reply(self.actor.clock.now_ms()))
         reply = await call(self.actor, command)
-        return (200 if reply.get("ok") else 400), "application/json", jsonable(reply)
+        return (200 if reply.get("ok") else failure_status), JSON, reply_json(reply)
+
+
+async def send(
+    stream: trio.abc.Stream,
+    connection: h11.Connection,
+    request: h11.Request | None,
+    answer: Answer,
+    close: bool,
+) -> None:
+    """Send one response; a HEAD request gets the headers without the body."""
+    status, content_type, payload = answer
+    headers = [("content-type", content_type), ("content-length", str(len(payload)))]
+    headers += CORS_HEADERS
+    if close:
+        headers.append(("connection", "close"))
+    if connection.our_state is not h11.SEND_RESPONSE:
+        # The request head never completed: h11 cannot frame a response, so write it plainly.
+        await stream.send_all(plain_response(status, headers, payload))
+        return
+    reason = HTTPStatus(status).phrase.encode()
+    out = connection.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
+    if request is None or request.method != b"HEAD":
+        out += connection.send(h11.Data(data=payload)) or b""
+    out += connection.send(h11.EndOfMessage()) or b""
+    await stream.send_all(out)
+
+
+def plain_response(status: int, headers: list[tuple[str, str]], payload: bytes) -> bytes:
+    """An HTTP/1.1 response written without h11 (for requests h11 never accepted)."""
+    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
+
+
+async def send_bare_error(stream: trio.abc.Stream, failure: RequestFailed) -> None:
+    """Answer an error before any request head was parsed, then the caller closes."""
+    status, content_type, payload = error(failure.status, str(failure))
+    headers = [("content-type", content_type), ("content-length", str(len(payload)))]
+    headers.append(("connection", "close"))
+    await stream.send_all(plain_response(status, headers, payload))
 
 
 async def read_head(stream: trio.abc.Stream) -> bytes | None:
-    """Read until the end of the first request head (the body may follow in the same bytes)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        if len(data) > MAX_HEAD:
-            return None
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            return None
-        data += chunk
-    return data
+    """Read until the end of the first request head (the body may follow in the same bytes).
+
+    None when the client closes or sends nothing within the idle timeout; RequestFailed when
+    the head is too large or does not arrive within the request timeout."""
+    with trio.move_on_after(IDLE_TIMEOUT_S):
+        data = bytes(await stream.receive_some(READ_SIZE))
+    if not data:
+        return None
+    with trio.move_on_after(REQUEST_TIMEOUT_S):
+        while b"\r\n\r\n" not in data:
+            if len(data) > MAX_HEAD:
+                raise RequestFailed(431, "Request head too large")
+            chunk = await stream.receive_some(READ_SIZE)
+            if not chunk:
+                return None
+            data += chunk
+        return data
+    raise RequestFailed(408, "Request timeout")
 
 
 def is_websocket_upgrade(head: bytes) -> bool:
@@ -191,24 +393,65 @@ def is_websocket_upgrade(head: bytes) -> bool:
 
 
 async def receive_request(
-    stream: trio.abc.Stream, connection: h11.Connection
-) -> tuple[h11.Request | None, bytes]:
-    """The next request and its body; (None, b"") when the client is done."""
-    request = None
+    stream: trio.abc.Stream, connection: h11.Connection, budget: BodyBudget
+) -> tuple[h11.Request | None, bytearray]:
+    """The next request and its body; (None, empty) when the client is done or stays idle.
+
+    The body's bytes are taken from `budget`; the caller gives them back. Raises RequestFailed
+    for a body too large, a full budget, or a request that does not arrive in time."""
+    event: Any = connection.next_event()
+    if event is h11.NEED_DATA:
+        with trio.move_on_after(IDLE_TIMEOUT_S) as idle:
+            chunk = await stream.receive_some(READ_SIZE)
+        if idle.cancelled_caught:
+            return None, bytearray()  # a kept-alive connection left idle closes quietly
+        connection.receive_data(bytes(chunk))  # empty: the client closed (h11 reports it)
+        event = None
     body = bytearray()
+    try:
+        with trio.move_on_after(REQUEST_TIMEOUT_S):
+            return await _read_message(stream, connection, budget, body, event), body
+        raise RequestFailed(408, "Request timeout")
+    except h11.RemoteProtocolError as exc:
+        budget.give(len(body))
+        raise RequestFailed(exc.error_status_hint, f"Bad request: {exc}") from exc
+    except BaseException:
+        budget.give(len(body))
+        raise
+
+
+async def _read_message(
+    stream: trio.abc.Stream,
+    connection: h11.Connection,
+    budget: BodyBudget,
+    body: bytearray,
+    first: Any,
+) -> h11.Request | None:
+    """Read one request into `body`, starting from `first` (an event already taken, or None)."""
+    request = None
+    event: Any = first
     while True:
-        event = connection.next_event()
+        if event is None:
+            event = connection.next_event()
         if event is h11.NEED_DATA:
-            chunk = await stream.receive_some(65536)
-            connection.receive_data(bytes(chunk))
-            continue
-        if isinstance(event, h11.Request):
+            connection.receive_data(bytes(await stream.receive_some(READ_SIZE)))
+        elif isinstance(event, h11.Request):
             request = event
+            check_declared_length(event)
         elif isinstance(event, h11.Data):
+            if len(body) + len(event.data) > MAX_BODY:
+                raise RequestFailed(413, "Request body too large")
+            budget.take(len(event.data))
             body += event.data
-            if len(body) > MAX_BODY:
-                raise h11.RemoteProtocolError("body too large")
         elif isinstance(event, h11.EndOfMessage):
-            return request, bytes(body)
+            return request
         elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-            return None, b""
+            return None
+        event = None
+
+
+def check_declared_length(request: h11.Request) -> None:
+    """Refuse a body declared larger than MAX_BODY before reading any of it."""
+    for name, value in request.headers:
+        if name == b"content-length" and int(value) > MAX_BODY:
+            raise RequestFailed(413, "Request body too large")

@@ -3,13 +3,13 @@ replies (WebSocket). Like the TCP session they only release replies after the co
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import trio
 
 from ..engine.actor import Batch, EngineActor
-
-REPLY_BUFFER = 1000
+from .session import MAX_IN_FLIGHT
 
 
 class ReplySlot:
@@ -54,14 +54,21 @@ async def call(actor: EngineActor, command: Any) -> dict[str, Any]:
 
 
 class StreamSession:
-    """A session whose replies queue up for a writer task (a WebSocket connection)."""
+    """A session whose replies queue up for a writer task (a WebSocket connection).
+
+    Flow control is TCP's: at most MAX_IN_FLIGHT commands are with the engine or waiting to be
+    written, and the reader waits for room, so a client that does not read its replies stops
+    being read (instead of its replies piling up, or the connection being dropped)."""
 
     def __init__(self, outbox: set[Any]) -> None:
         self.closed = False
         self.held: set[str] = set()
+        self.in_flight = 0
         self._outbox = outbox
         self._staged: list[dict[str, Any]] = []
-        self.send, self.receive = trio.open_memory_channel[dict[str, Any]](REPLY_BUFFER)
+        self._ready: deque[dict[str, Any]] = deque()
+        self._ready_lot = trio.lowlevel.ParkingLot()
+        self._capacity_lot = trio.lowlevel.ParkingLot()
 
     def reply(self, reply: dict[str, Any], req_id: Any) -> None:
         """Stage a reply (called by the engine)."""
@@ -71,14 +78,26 @@ class StreamSession:
         self._outbox.add(self)
 
     def release(self) -> None:
-        """Hand committed replies to the writer; a client that reads nothing is cut off."""
+        """Hand committed replies to the writer."""
         staged, self._staged = self._staged, []
         if self.closed:
             return
-        for reply in staged:
-            try:
-                self.send.send_nowait(reply)
-            except (trio.WouldBlock, trio.ClosedResourceError):
-                self.closed = True
-                self.send.close()
-                return
+        self._ready.extend(staged)
+        self._ready_lot.unpark_all()
+
+    async def wait_capacity(self) -> None:
+        """Wait until another command may go to the engine, then count it in flight."""
+        while self.in_flight >= MAX_IN_FLIGHT:
+            await self._capacity_lot.park()
+        self.in_flight += 1
+
+    async def next_reply(self) -> dict[str, Any]:
+        """The next committed reply to write."""
+        while not self._ready:
+            await self._ready_lot.park()
+        return self._ready.popleft()
+
+    def written(self) -> None:
+        """A reply from the engine was written: its command leaves the in-flight count."""
+        self.in_flight -= 1
+        self._capacity_lot.unpark_all()

@@ -5,6 +5,11 @@ A reply takes the form of its request (text or binary). Events go out as JSON te
 `{event: "job:completed", ts, data: {queue, jobId, ...}}`. A subscriber that falls behind is
 told why (`subscription:dropped`) and disconnected. Jobs pulled over a WebSocket without a
 lease go back to waiting when it closes, as over TCP.
+
+Like a TCP connection, at most 50 commands are in flight per socket (a client that does not
+read stops being read), and `Auth` checks its token as TCP does. JSON goes through jsonwire,
+so no value a client sends or a job holds can make the encoder or decoder raise; anything
+else unexpected ends this connection (the HTTP server logs it), never the broker.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ import msgspec
 import trio
 import trio_websocket
 
-from protocol import Rejected, decode_command
+from protocol import Rejected
+from protocol import commands as cmd
 
 from ..engine.actor import Batch, Disconnect, EngineActor
+from ..engine.errors import INVALID_TOKEN
 from ..events import EVENT_TYPES, Subscription
+from .jsonwire import command_from, parse_json, reply_json
 from .slots import StreamSession
 from .tcp import hello_reply, ping_reply, tokens_match
 
@@ -29,14 +37,22 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE = 1024 * 1024
 _to_msgpack = msgspec.msgpack.Encoder().encode
 _from_msgpack = msgspec.msgpack.Decoder().decode
-_json_decode = msgspec.json.Decoder().decode
-_json = msgspec.json.Encoder().encode
 VALID_PATTERNS = {"*", "job:*", *(f"job:{kind}" for kind in EVENT_TYPES)}
 
 
 def _decode(message: str | bytes) -> Any:
-    """A binary message is MessagePack, a text one JSON."""
-    return _from_msgpack(message) if isinstance(message, bytes) else _json_decode(message)
+    """A binary message is MessagePack, a text one JSON; ValueError when it is neither."""
+    if isinstance(message, str):
+        return parse_json(message)
+    try:
+        return _from_msgpack(message)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ValueError("Invalid command format") from exc
+
+
+def _req_id(command: Any) -> Any:
+    """The reqId a command (or a rejected message) carried."""
+    return command.req_id if isinstance(command, Rejected) else getattr(command, "reqId", None)
 
 
 class ReplayStream(trio.abc.Stream):
@@ -86,18 +102,25 @@ async def serve_websocket(stream: trio.abc.Stream, actor: EngineActor, tokens: f
             await request.reject(401, body=b'{"ok":false,"error":"Unauthorized"}')
             return
         socket = await request.accept()
-        await WebSocketClient(socket, actor).serve()
+        await WebSocketClient(socket, actor, tokens).serve()
         nursery.cancel_scope.cancel()
 
 
 class WebSocketClient:
     """One accepted WebSocket: reads commands, writes replies and events."""
 
-    def __init__(self, socket: trio_websocket.WebSocketConnection, actor: EngineActor) -> None:
+    def __init__(
+        self,
+        socket: trio_websocket.WebSocketConnection,
+        actor: EngineActor,
+        tokens: frozenset[str] = frozenset(),
+    ) -> None:
         self.socket = socket
         self.actor = actor
+        self.tokens = tokens
         self.session = StreamSession(actor.outbox)
-        self.binary_requests: set[Any] = set()
+        # The reqIds (as MessagePack: any value, hashable) of requests sent as binary.
+        self.binary_requests: set[bytes] = set()
         self.subscription: Subscription | None = None
         self.events_scope = trio.CancelScope()
 
@@ -123,27 +146,38 @@ class WebSocketClient:
             binary = isinstance(message, bytes)
             try:
                 decoded = _decode(message)
-            except (msgspec.DecodeError, ValueError):
+            except ValueError:
                 await self._send({"ok": False, "error": "Invalid command format"}, binary)
                 continue
             req_id = decoded.get("reqId") if isinstance(decoded, dict) else None
-            cmd = decoded.get("cmd") if isinstance(decoded, dict) else None
-            if cmd in ("Subscribe", "Unsubscribe"):
+            name = decoded.get("cmd") if isinstance(decoded, dict) else None
+            if name in ("Subscribe", "Unsubscribe"):
                 await self._send(self._subscription_command(decoded, nursery), binary, req_id)
                 continue
-            command = decode_command(_to_msgpack(decoded))
-            if isinstance(command, Rejected):
-                await self._send({"ok": False, "error": command.error}, binary, command.req_id)
-            elif cmd == "Hello":
-                await self._send(hello_reply(), binary, req_id)
-            elif cmd == "Ping":
-                await self._send(ping_reply(self.actor.clock.now_ms()), binary, req_id)
-            elif cmd == "Auth":
-                await self._send({"ok": True}, binary, req_id)  # the upgrade was authorized
-            else:
-                if binary:
-                    self.binary_requests.add(req_id)
-                await self.actor.submit(Batch(self.session, [command]))
+            command = command_from(decoded)
+            local = self._local_reply(command)
+            if local is not None:
+                await self._send(local, binary, _req_id(command))
+                continue
+            await self.session.wait_capacity()
+            if binary:
+                self.binary_requests.add(_to_msgpack(req_id))
+            await self.actor.submit(Batch(self.session, [command]))
+
+    def _local_reply(self, command: Any) -> dict[str, Any] | None:
+        """The reply to a command this connection answers itself (as TCP does), else None."""
+        if isinstance(command, Rejected):
+            return {"ok": False, "error": command.error}
+        if isinstance(command, cmd.Hello):
+            return hello_reply()
+        if isinstance(command, cmd.Ping):
+            return ping_reply(self.actor.clock.now_ms())
+        if isinstance(command, cmd.Auth):
+            # The upgrade's Bearer header already admitted this socket; Auth answers as on TCP.
+            if tokens_match(command.token, self.tokens):
+                return {"ok": True}
+            return {"ok": False, "error": INVALID_TOKEN}
+        return None
 
     def _subscription_command(self, message: dict[str, Any], nursery: trio.Nursery) -> dict:
         if message.get("cmd") == "Unsubscribe":
@@ -156,6 +190,8 @@ class WebSocketClient:
         if invalid:
             return {"ok": False, "error": f"Invalid: {', '.join(invalid)}"}
         queue = message.get("queue")
+        if queue is not None and not isinstance(queue, str):
+            return {"ok": False, "error": "queue must be a string"}
         self._unsubscribe()
         self.subscription = self.actor.bus.subscribe(patterns, queue)
         self.events_scope = trio.CancelScope()
@@ -171,18 +207,22 @@ class WebSocketClient:
     async def _write_events(self, subscription: Subscription, scope: trio.CancelScope) -> None:
         with scope:
             async for event in subscription.receive:
-                await self.socket.send_message(_json(event).decode())
+                await self.socket.send_message(reply_json(event).decode())
             if subscription.dropped is not None:
                 notice = {"event": "subscription:dropped", "reason": subscription.dropped}
-                await self.socket.send_message(_json(notice).decode())
+                await self.socket.send_message(reply_json(notice).decode())
                 await self.socket.aclose(code=1008, reason="subscriber too slow")
 
     async def _write_replies(self) -> None:
-        async for reply in self.session.receive:
+        session = self.session
+        while True:
+            reply = await session.next_reply()
             req_id = reply.get("reqId")
-            binary = req_id in self.binary_requests
-            self.binary_requests.discard(req_id)
+            key = _to_msgpack(req_id)
+            binary = key in self.binary_requests
+            self.binary_requests.discard(key)
             await self._send(reply, binary)
+            session.written()
 
     async def _send(self, reply: dict[str, Any], binary: bool, req_id: Any = None) -> None:
         if req_id is not None:
@@ -190,4 +230,4 @@ class WebSocketClient:
         if binary:
             await self.socket.send_message(_to_msgpack(reply))
         else:
-            await self.socket.send_message(_json(_from_msgpack(_to_msgpack(reply))).decode())
+            await self.socket.send_message(reply_json(reply).decode())
