@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -16,6 +17,7 @@ from broker.config import Config
 from tests.support.client import FrameClient
 
 EPOCH_MS = 1_800_000_000_000.0
+START_TIMEOUT_S = 20.0  # a broker that never starts fails the tests that need it
 
 Connect = Callable[[], Awaitable[FrameClient]]
 
@@ -69,6 +71,8 @@ def broker_address() -> Iterator[tuple[str, int]]:
     )
     try:
         assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
+        assert ready, f"broker printed nothing in {START_TIMEOUT_S}s"
         line = process.stdout.readline()
         assert "listening on tcp" in line, f"broker did not start: {line!r}"
         host, port = line.rsplit(" ", 1)[1].strip().rsplit(":", 1)
