@@ -20,6 +20,8 @@ from broker.engine.core import Engine
 from protocol import decode_command
 from store import JobRow, MemoryStore, Record, StoreError
 from tests.conftest import EPOCH_MS, memory_connector
+from tests.engine.test_push_pull import push, state_of
+from tests.support.client import FrameClient
 
 
 class RecordingStore(MemoryStore):
@@ -122,3 +124,21 @@ async def test_a_store_failure_stops_the_broker_and_the_client_is_not_told_ok() 
                     replies.append(await client.receive())
     assert replies == []
     assert len(store.rows) == 1  # only the job whose push was answered
+
+
+async def test_a_unique_key_is_free_again_after_a_final_failure(
+    client: FrameClient, autojump_clock
+) -> None:
+    failed = await push(client, uniqueKey="k", maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=failed, error="boom")
+    assert await state_of(client, failed) == "failed"
+    after_fail = await push(client, uniqueKey="k", maxAttempts=1)
+    assert after_fail != failed
+    await client.call("PULL", queue="q", owner="w", lockTtl=1000)
+    await trio.sleep(10)  # the lease runs out three times: the job stalls for good
+    for _ in range(2):
+        await client.call("PULL", queue="q", owner="w", lockTtl=1000)
+        await trio.sleep(10)
+    assert await state_of(client, after_fail) == "failed"
+    assert await push(client, uniqueKey="k") not in (failed, after_fail)
