@@ -116,3 +116,33 @@ async def test_an_invalid_stored_dlq_setting_is_dropped_with_a_warning(
     (stored,) = store.load_records()
     store.close()
     assert msgspec.msgpack.decode(stored.body)["dlqConfig"] == {}  # the store was corrected
+
+
+async def test_a_finished_jobs_debounce_window_survives_a_restart(
+    tmp_path: Path, autojump_clock
+) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        first = await push(client, debounceId="d", debounceTtl=10_000)
+        await client.call("PULL", queue="q")
+        assert (await client.call("ACK", id=first))["ok"] is True
+    await trio.sleep(5)
+    async with broker.running() as connect:
+        client = await connect()
+        assert await push(client, debounceId="d", debounceTtl=10_000) == first  # whatever
+        await trio.sleep(5.001)  # became of the job, the window lasts 10 s from the push
+        assert await push(client, debounceId="d", debounceTtl=10_000) != first
+
+
+async def test_a_started_jobs_untimed_debounce_stays_released_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        started = await push(client, debounceId="e")
+        await client.call("PULL", queue="q", owner="w", lockTtl=60_000)
+    async with broker.running() as connect:
+        client = await connect()
+        assert await push(client, debounceId="e") != started  # it ended when the job started
