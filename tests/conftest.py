@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import select
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 import trio
@@ -16,8 +21,45 @@ from broker.config import Config
 from tests.support.client import FrameClient
 
 EPOCH_MS = 1_800_000_000_000.0
+START_TIMEOUT_S = 20.0  # a broker that never starts fails the tests that need it
+
+TRIO_TEST_TIMEOUT_S = 60.0
+"""Real seconds a Trio test may run. pytest-timeout's limit (pyproject.toml) is the backstop for
+everything else: its signal method breaks a Trio run, so it ends the whole run instead."""
 
 Connect = Callable[[], Awaitable[FrameClient]]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every Trio test a real-time limit that fails that test alone."""
+    for item in items:
+        test = getattr(item, "obj", None)
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(test):
+            item.obj = with_real_time_limit(test, TRIO_TEST_TIMEOUT_S)
+
+
+def with_real_time_limit(test: Any, limit_s: float) -> Any:
+    """The async test `test`, failed (its fixtures torn down as usual) after `limit_s` seconds
+    of wall-clock time. The wait runs in a thread, so MockClock tests are timed in real time."""
+
+    @functools.wraps(test)
+    async def limited(*args: Any, **kwargs: Any) -> None:
+        finished = threading.Event()
+
+        async def watchdog() -> None:
+            wait = functools.partial(finished.wait, limit_s)
+            if not await trio.to_thread.run_sync(wait, abandon_on_cancel=True):
+                pytest.fail(f"{test.__name__} still running after {limit_s:.0f} s (real time)")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watchdog)
+            try:
+                await test(*args, **kwargs)
+            finally:
+                finished.set()
+                nursery.cancel_scope.cancel()
+
+    return limited
 
 
 async def start_app(nursery: trio.Nursery, config: Config | None = None) -> App:
@@ -69,6 +111,8 @@ def broker_address() -> Iterator[tuple[str, int]]:
     )
     try:
         assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
+        assert ready, f"broker printed nothing in {START_TIMEOUT_S}s"
         line = process.stdout.readline()
         assert "listening on tcp" in line, f"broker did not start: {line!r}"
         host, port = line.rsplit(" ", 1)[1].strip().rsplit(":", 1)

@@ -254,11 +254,14 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self._enter(job, stored)
             mark_finished(job)
             (self.completed if stored == COMPLETED else self.failed).add(job, job.completed_at or 0)
+            self._restore_debounce_window(job, now)
         for job, held in loaded:
             if job.state in (COMPLETED, FAILED):
                 continue  # restored above, or failed by a dependency's policy just now
             stored, job.state = job.state, ""
             self._take_keys(job, job.created_at)
+            if stored == ACTIVE or job.attempts or job.stall_count:
+                self._end_untimed_debounce(job)
             self._arm_ttl(job)
             if stored == WAITING_CHILDREN:
                 self._wait_for_dependencies(job, now)
@@ -280,6 +283,18 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self._store_restart_changes(stored_states)
         self.expire_retained(self.completed, now)
         self.expire_retained(self.failed, now)
+
+    def _end_untimed_debounce(self, job: Job) -> None:
+        """A restored job that has started holds no untimed debounce (it ended at the start)."""
+        if job.debounce_id is not None:
+            self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+
+    def _restore_debounce_window(self, job: Job, now: float) -> None:
+        """A finished job's timed debounce window outlives it (keys.py): take it again."""
+        if job.debounce_id is not None and job.debounce_ttl:
+            until = job.created_at + job.debounce_ttl
+            if until > now:
+                self._take_key((DEBOUNCE, job.queue, job.debounce_id), job.id, until)
 
     def _store_restart_changes(self, stored_states: dict[str, str]) -> None:
         """What the restart itself changed (a job requeued, one whose ttl ran out while the

@@ -76,27 +76,24 @@ def test_long_poll_does_not_block_the_connection_and_wakes_on_push(
     queue = fresh_queue("poll")
     other = fresh_queue("other")
     with FrameSocket(broker_address) as a, FrameSocket(broker_address) as b:
-        pull_sent = time.monotonic()
-        a.send({"cmd": "PULL", "reqId": "pull", "queue": queue, "timeout": 2000})
+        # The PULL would time out after 30 s with no job; every wait below is far shorter, so
+        # a job in its reply shows it was woken by the push (margins hold on a loaded machine).
+        a.send({"cmd": "PULL", "reqId": "pull", "queue": queue, "timeout": 30_000})
         a.send({"cmd": "Ping", "reqId": "ping"})
-        first = a.receive(timeout=1.0)
+        first = a.receive(timeout=10)
         assert first["reqId"] == "ping" and first["ok"] is True, first
         # an engine command after the PULL is answered too, while the PULL is still parked
         a.send({"cmd": "PUSH", "reqId": "push-other", "queue": other, "name": "n", "data": 1})
-        second = a.receive(timeout=1.0)
+        second = a.receive(timeout=10)
         assert second["reqId"] == "push-other" and second["ok"] is True, second
 
-        woke_at = time.monotonic()
         job_id = push(b, queue, data={"wake": True})
-        reply = a.receive(timeout=1.5)
-        elapsed = time.monotonic() - woke_at
+        reply = a.receive(timeout=10)
         assert reply["reqId"] == "pull", reply
         assert reply["ok"] is True
         assert reply["job"] is not None, "the PULL timed out instead of being woken"
         assert reply["job"]["id"] == job_id
         assert reply["job"]["data"] == {"wake": True}
-        assert elapsed < 1.0, f"woken {elapsed:.3f}s after the PUSH"
-        assert time.monotonic() - pull_sent < 2.0, "answered no earlier than its own timeout"
 
 
 # -- (c) framing errors keep the connection usable ------------------------------------------------
@@ -358,13 +355,13 @@ def test_signal_answers_parked_long_poll_and_exits_zero(
         assert barrier["ok"] is True
         started = time.monotonic()
         broker.send_signal(signum)
-        reply = client.receive(timeout=5)
+        reply = client.receive(timeout=10)
         assert reply["reqId"] == "parked", reply
         assert reply["ok"] is True and reply["job"] is None, reply
-        assert client.read_until_eof(timeout=5) == []
-    code = broker.wait(timeout=5)
+        assert client.read_until_eof(timeout=10) == []
+    code = broker.wait(timeout=10)
     assert code == 0, broker.stderr_text()
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # answered at shutdown, not at its 30 s timeout
     assert "Traceback" not in broker.stderr_text()
 
 

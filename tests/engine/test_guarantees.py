@@ -1,0 +1,148 @@
+"""The engine's promises to clients: a reply means the change is stored, and a store that fails
+stops the broker instead of answering `ok` for a change it could not keep."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Collection
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+import trio.testing
+
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from broker.engine.actor import Batch, EngineActor
+from broker.engine.core import Engine
+from protocol import decode_command
+from store import JobRow, MemoryStore, Record, StoreError
+from tests.conftest import EPOCH_MS, memory_connector
+from tests.engine.test_push_pull import push, state_of
+from tests.support.client import FrameClient
+
+
+class RecordingStore(MemoryStore):
+    """A memory store that writes "commit" into a shared log each time it commits."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def commit(
+        self,
+        upserts: Collection[JobRow],
+        deletes: Collection[str],
+        *,
+        sync: bool,
+        records: Collection[Record] = (),
+        record_deletes: Collection[tuple[str, str]] = (),
+    ) -> None:
+        """Commit, then note it."""
+        super().commit(upserts, deletes, sync=sync, records=records, record_deletes=record_deletes)
+        self.log.append("commit")
+
+
+class LoggingSession:
+    """A session that writes "reply" into the shared log when its replies are released (the
+    moment a real session hands them to its connection's writer)."""
+
+    def __init__(self, outbox: set[Any], log: list[str]) -> None:
+        self.closed = False
+        self.held: set[str] = set()
+        self.staged: list[dict[str, Any]] = []
+        self.log = log
+        self._outbox = outbox
+
+    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
+        self.staged.append(reply)
+        self._outbox.add(self)
+
+    def release(self) -> None:
+        if self.staged:
+            self.log.append("reply")
+            self.staged.clear()
+
+
+def command(**fields: Any) -> Any:
+    return decode_command(msgspec.msgpack.encode(fields))
+
+
+def logged_actor() -> tuple[EngineActor, LoggingSession, list[str]]:
+    log: list[str] = []
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), RecordingStore(log))
+    return actor, LoggingSession(actor.outbox, log), log
+
+
+async def test_a_batch_run_inline_is_committed_before_its_reply() -> None:
+    actor, session, log = logged_actor()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()  # the actor is parked: batches run inline
+        await actor.submit(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
+        actor.inbox.close()
+    assert log == ["commit", "reply"]
+
+
+async def test_a_batch_from_the_inbox_is_committed_before_its_reply() -> None:
+    actor, session, log = logged_actor()
+    actor.inbox.send_nowait(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
+    actor.inbox.close()
+    await actor.run()  # takes the batch from its inbox, then sees the inbox closed
+    assert log == ["commit", "reply"]
+
+
+class FailingStore(MemoryStore):
+    """A memory store whose disk "fills up" once `broken` is set."""
+
+    broken = False
+
+    def commit(self, *args: Any, **kwargs: Any) -> None:
+        """Raise StoreError when broken, else commit."""
+        if self.broken:
+            raise StoreError("disk full")
+        super().commit(*args, **kwargs)
+
+
+async def test_a_store_failure_stops_the_broker_and_the_client_is_not_told_ok(
+    autojump_clock,
+) -> None:
+    store = FailingStore()
+    replies: list[Any] = []
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(StoreError, match="disk full"), flatten_subgroups=True
+    ):
+        async with trio.open_nursery() as nursery:
+            app = App(Config(port=0, http_port=0), store=store, clock=Clock(EPOCH_MS))
+            await nursery.start(app.run)
+            client = await memory_connector(app, nursery)()
+            assert (await client.call("PUSH", queue="q", data=1))["ok"] is True
+            store.broken = True
+            await client.send({"cmd": "PUSH", "queue": "q", "data": 2, "reqId": "lost"})
+            # The broker stops (cancelling this) or closes the connection; under MockClock a
+            # broker that carries on fails the test at once.
+            with contextlib.suppress(EOFError), trio.fail_after(60):
+                while True:
+                    replies.append(await client.receive())
+    assert replies == []
+    assert len(store.rows) == 1  # only the job whose push was answered
+
+
+async def test_a_unique_key_is_free_again_after_a_final_failure(
+    client: FrameClient, autojump_clock
+) -> None:
+    failed = await push(client, uniqueKey="k", maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=failed, error="boom")
+    assert await state_of(client, failed) == "failed"
+    after_fail = await push(client, uniqueKey="k", maxAttempts=1)
+    assert after_fail != failed
+    await client.call("PULL", queue="q", owner="w", lockTtl=1000)
+    await trio.sleep(10)  # the lease runs out three times: the job stalls for good
+    for _ in range(2):
+        await client.call("PULL", queue="q", owner="w", lockTtl=1000)
+        await trio.sleep(10)
+    assert await state_of(client, after_fail) == "failed"
+    assert await push(client, uniqueKey="k") not in (failed, after_fail)
