@@ -1,0 +1,35 @@
+"""The reply sink: what the engine needs of a client connection, whatever its transport.
+
+Every transport session (TCP, one HTTP request, a WebSocket) implements `ReplySink`. The engine
+stages a command's reply into its sink during a pass and tells the sink to send what it staged
+once the pass is committed, so no client hears `ok` for a change that is not yet stored.
+
+The engine only reads `closed`; it never writes a field of a sink. What a connection holds in
+the engine (jobs it pulled without a lease, its parked long polls) is kept engine-side, keyed
+by the sink object itself (sinks hash by identity).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+Reply = dict[str, object]
+
+
+class ReplySink(Protocol):
+    """A client connection as the engine sees it."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the client has gone: replies to it are dropped, and a parked long poll of
+        it is not answered with a job nobody would receive."""
+        ...
+
+    def stage_reply(self, reply: Reply, req_id: object) -> None:
+        """Keep `reply` (with `reqId` set to `req_id` unless that is None) until
+        `send_staged`."""
+        ...
+
+    def send_staged(self) -> None:
+        """The pass that staged the replies is committed: send them, in staging order."""
+        ...
