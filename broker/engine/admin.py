@@ -115,29 +115,45 @@ class AdminHandlers:
         queue = self.state.queues.get(command.queue)
         return {"ok": True, "paused": bool(queue and queue.paused)}
 
-    def drain(self, session: Any, command: cmd.Drain, now: float) -> Reply:
-        """Drain: remove the jobs that wait to run; active and finished ones stay."""
-        jobs = self._jobs_of(command.queue, QUEUED_STATES)
-        return {"ok": True, "count": sum(self.state.remove(job) for job in jobs)}
+    def _remove_all(self, jobs: list[Job]) -> list[Job]:
+        """Forget `jobs` (those still there); returns the ones removed."""
+        remove = self.state.remove
+        return [job for job in jobs if remove(job)]
 
-    def obliterate(self, session: Any, command: cmd.Obliterate, now: float) -> Reply:
+    def _answer_removal(
+        self, session: Any, command: Any, removed: list[Job], reply: Reply
+    ) -> Reply | None:
+        """The reply of a bulk removal: now, or (a large one, stored) once its rows are deleted,
+        see housekeeping.py. None means the reply is held."""
+        if self.state.purge_later(removed, session, command.reqId, reply):
+            return None
+        return reply
+
+    def drain(self, session: Any, command: cmd.Drain, now: float) -> Reply | None:
+        """Drain: remove the jobs that wait to run; active and finished ones stay."""
+        removed = self._remove_all(self._jobs_of(command.queue, QUEUED_STATES))
+        reply = {"ok": True, "count": len(removed)}
+        return self._answer_removal(session, command, removed, reply)
+
+    def obliterate(self, session: Any, command: cmd.Obliterate, now: float) -> Reply | None:
         """Obliterate: every job of the queue, in any state, and its settings, are gone."""
-        for job in self._jobs_of(command.queue):
-            self.state.remove(job)
+        removed = self._remove_all(self._jobs_of(command.queue))
         queue = self.state.queues.pop(command.queue, None)
         if queue is not None:
+            self.state.graveyard.bury(queue.ready)  # its entries go in slices with the jobs
+            queue.ready = []
             self._settings_changed(queue)
             for waiter in queue.waiters:
                 if not waiter.done and not waiter.session.closed:
                     waiter.done = True
                     waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)  # type: ignore[attr-defined]
-        return {"ok": True}
+        return self._answer_removal(session, command, removed, {"ok": True})
 
     def list_queues(self, session: Any, command: cmd.ListQueues, now: float) -> Reply:
         """ListQueues: names, sorted."""
         return {"ok": True, "queues": sorted(self.state.queues)}
 
-    def clean(self, session: Any, command: cmd.Clean, now: float) -> Reply:
+    def clean(self, session: Any, command: cmd.Clean, now: float) -> Reply | None:
         """Clean: remove jobs older than `grace` ms in the state named (queued by default)."""
         state = command.state
         if state is None or state in CLEAN_QUEUED:
@@ -147,8 +163,9 @@ class AdminHandlers:
             jobs = self._jobs_of(command.queue, (state,))
             old = [job for job in jobs if now - (job.completed_at or now) >= command.grace]
         old.sort(key=lambda job: (job.created_at, job.id))
-        removed = [job.id for job in old[: command.limit] if self.state.remove(job)]
-        return {"ok": True, "count": len(removed), "ids": removed}
+        removed = self._remove_all(old[: command.limit])
+        reply = {"ok": True, "count": len(removed), "ids": [job.id for job in removed]}
+        return self._answer_removal(session, command, removed, reply)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -187,10 +204,11 @@ class AdminHandlers:
             failed = [job for job in failed if job.id == command.jobId]
         return {"ok": True, "count": sum(self.state.revive(job, now) for job in failed)}
 
-    def purge_dlq(self, session: Any, command: cmd.PurgeDlq, now: float) -> Reply:
+    def purge_dlq(self, session: Any, command: cmd.PurgeDlq, now: float) -> Reply | None:
         """PurgeDlq: delete the queue's failed jobs."""
-        failed = self._jobs_of(command.queue, (FAILED,))
-        return {"ok": True, "count": sum(self.state.remove(job) for job in failed)}
+        removed = self._remove_all(self._jobs_of(command.queue, (FAILED,)))
+        reply = {"ok": True, "count": len(removed)}
+        return self._answer_removal(session, command, removed, reply)
 
     def retry_completed(self, session: Any, command: cmd.RetryCompleted, now: float) -> Reply:
         """RetryCompleted: completed jobs run again (result and progress cleared)."""

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
+
+from store import Record
 
 from .deadlines import (
     KEY_EXPIRY,
@@ -32,6 +35,14 @@ from .deadlines import (
     retry_delay,
 )
 from .dlq import DeadLetterRules
+from .housekeeping import (
+    PURGE,
+    PURGE_SLICE,
+    RELEASE_SLICE,
+    Graveyard,
+    Purge,
+    worth_compacting,
+)
 from .keys import DEBOUNCE, UNIQUE, KeyRegistry
 from .model import (
     ACTIVE,
@@ -40,6 +51,7 @@ from .model import (
     FAILED,
     MAX_TIMELINE,
     PRIORITIZED,
+    READY_STATES,
     TIMELINE_ENTRY,
     WAITING,
     WAITING_CHILDREN,
@@ -49,6 +61,8 @@ from .model import (
 from .queues import QueueState
 from .timers import TimerWheel
 
+RESTORE_SLICE = 10_000
+"""Jobs restored between two yields of `EngineState.restore`."""
 NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
 READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports can change
 
@@ -89,6 +103,13 @@ class EngineState(DeadlineRules, DeadLetterRules):
         # Job events of the pass, collected only while someone listens (see events.py).
         self.emitting = False
         self.events: list[tuple[str, Job, dict[str, Any]]] = []
+        # Housekeeping (housekeeping.py): structures to compact after the pass, objects to
+        # let go of in slices, large removals whose store rows are deleted in slices.
+        self.untidy: set[Any] = set()
+        self.graveyard = Graveyard()
+        self.purges: list[Purge] = []
+        self.purge_writes: list[Record] = []
+        self.purge_deletes: list[tuple[str, str]] = []
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -162,12 +183,20 @@ class EngineState(DeadlineRules, DeadLetterRules):
         """Undo what the job's current state adds to its queue's tallies."""
         old = job.state
         queue.counts[old] -= 1
-        if old == COMPLETED:
+        if old in READY_STATES:
+            if job.ready_seq >= 0:  # its heap entry stays behind, stale
+                queue.stale += 1
+                if worth_compacting(queue.stale, len(queue.ready)):
+                    self.untidy.add(queue)
+        elif old == COMPLETED:
             self.completed.count -= 1
+            self._left_behind(self.completed)
         elif old == FAILED:
             self.failed.count -= 1
+            self._left_behind(self.failed)
             if queue.dead_letters is not None:
                 queue.dead_letters.count -= 1
+                self._left_behind(queue.dead_letters)
         if old == DELAYED:
             queue.delayed.discard(job)
         group = job.group_id
@@ -180,10 +209,20 @@ class EngineState(DeadlineRules, DeadLetterRules):
         elif old in NOT_STARTED:
             queue.group_pending[group] -= 1
 
+    def _left_behind(self, retention: Retention) -> None:
+        """A job left a retained state: its entry in `retention` is stale now."""
+        retention.stale += 1
+        if worth_compacting(retention.stale, len(retention.entries)):
+            self.untidy.add(retention)
+
     def take_changes(self) -> tuple[list[Job], list[str], bool]:
-        """Jobs to write, ids to delete, and whether a `durable` job is among the writes."""
+        """Jobs to write, ids to delete, and whether a `durable` job is among the writes.
+
+        An id both deleted and written (removed, then pushed again under the same jobId) is
+        only written: the write replaces the old row, and a delete would lose the new job."""
         changed = list(self.changed.values())
-        deleted = list(self.deleted)
+        written = self.changed
+        deleted = [job_id for job_id in self.deleted if job_id not in written]
         self.changed.clear()
         self.deleted.clear()
         return changed, deleted, any(job.durable for job in changed)
@@ -195,6 +234,8 @@ class EngineState(DeadlineRules, DeadLetterRules):
 
     def add(self, job: Job, now: float) -> None:
         """Register a new job and place it by its dependencies and run time."""
+        if self.purges:
+            self._finish_purges_of(job.id)
         self.jobs[job.id] = job
         job.state = ""
         self._take_keys(job, now)
@@ -205,8 +246,10 @@ class EngineState(DeadlineRules, DeadLetterRules):
 
     # -- restart -------------------------------------------------------------------------------
 
-    def restore(self, loaded: list[tuple[Job, bool]], now: float) -> None:
-        """Rebuild every structure from stored jobs (each with its `held` flag).
+    def restore(self, jobs: list[Job], held: set[str], now: float) -> Iterator[None]:
+        """Rebuild every structure from stored jobs (`held`: the ids of those that were bound
+        to a connection); a generator that yields every RESTORE_SLICE jobs, so that a start-up
+        with many jobs can let other tasks run (the HTTP port answers meanwhile).
 
         Restart rules: waiting and prioritized jobs are ready again in their old order;
         delayed jobs keep their run times; waiting-children jobs wait for the dependencies
@@ -219,20 +262,26 @@ class EngineState(DeadlineRules, DeadLetterRules):
         deleted. Whatever this changes is written back to the store.
         """
         self.now = now
-        loaded.sort(key=lambda item: (item[0].created_at, item[0].id))
-        for job, _ in loaded:
+        jobs.sort(key=_arrival)
+        for job in jobs:
             self.jobs[job.id] = job
-        stored_states = {job.id: job.state for job, _ in loaded}
+        stored_states = {job.id: job.state for job in jobs}
+        yield
         # Finished jobs first, oldest first, so that one failing during the restart (its ttl
         # ran out while the broker was down) is the newest in retention, not the oldest.
-        finished = [job for job, _ in loaded if job.state in (COMPLETED, FAILED)]
+        finished = [job for job in jobs if job.state in (COMPLETED, FAILED)]
         finished.sort(key=lambda job: job.completed_at or 0)
-        for job in finished:
+        for n, job in enumerate(finished, 1):
+            if n % RESTORE_SLICE == 0:
+                yield
             stored, job.state = job.state, ""
             self._enter(job, stored)
             mark_finished(job)
             (self.completed if stored == COMPLETED else self.failed).add(job, job.completed_at or 0)
-        for job, held in loaded:
+        del finished
+        for n, job in enumerate(jobs, 1):
+            if n % RESTORE_SLICE == 0:
+                yield
             if job.state in (COMPLETED, FAILED):
                 continue  # restored above, or failed by a dependency's policy just now
             stored, job.state = job.state, ""
@@ -247,7 +296,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 self._enter(job, ACTIVE)
                 self.wheel.schedule(job.lock_expires_at, LEASE, job, job.lock_token)
                 self._arm_timeout(job, job.started_at or now)
-            elif held:
+            elif job.id in held:
                 job.started_at = None
                 self.make_ready(job)
             else:
@@ -258,6 +307,11 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self._store_restart_changes(stored_states)
         self.expire_retained(self.completed, now)
         self.expire_retained(self.failed, now)
+
+    def restore_purges(self, purges: list[Purge]) -> None:
+        """Large removals the broker stopped in the middle of: they go on (see
+        housekeeping.py; their rows were skipped at load)."""
+        self.purges.extend(purges)
 
     def _store_restart_changes(self, stored_states: dict[str, str]) -> None:
         """What the restart itself changed (a job requeued, one whose ttl ran out while the
@@ -503,6 +557,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 self.schedule(dependent, now)
 
     def _forget(self, job: Job) -> None:
+        self._timers_left_behind(job)
         if job.state:
             self._leave(self.queue(job.queue), job)
         self.finished.append(job)
@@ -512,4 +567,83 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self.changed.pop(job.id, None)
             self.deleted.add(job.id)
 
+    # -- housekeeping (see housekeeping.py) ----------------------------------------------------
+
+    def _timers_left_behind(self, job: Job) -> None:
+        """Count the wheel timers a job being forgotten leaves behind (an estimate: it only
+        decides when the wheel is compacted)."""
+        state = job.state
+        stale = bool(job.ttl) + (state == DELAYED)
+        if state == ACTIVE:
+            stale += 1 + bool(job.timeout)
+        if stale:
+            wheel = self.wheel
+            wheel.stale += stale
+            if worth_compacting(wheel.stale, len(wheel)):
+                self.untidy.add(wheel)
+
+    def purge_later(self, jobs: list[Job], session: Any, req_id: Any, reply: Any) -> bool:
+        """After a bulk removal of `jobs` (already forgotten): let go of them in slices and,
+        when there are many and a store, delete their rows in slices as a Purge that answers
+        `reply` at its end. False when the caller should answer now."""
+        self.graveyard.bury(jobs)
+        if not self.tracking or len(jobs) <= PURGE_SLICE:
+            return False
+        ids = [job.id for job in jobs]
+        self.deleted.difference_update(ids)
+        purge = Purge.new(ids, session, req_id, reply)
+        self.purges.append(purge)
+        self.purge_writes.append(purge.tombstone())
+        return True
+
+    def _finish_purges_of(self, job_id: str) -> None:
+        """A job is pushed under an id a purge has yet to delete from the store: finish that
+        purge in this pass, so its tombstone cannot delete the new job at a restart (the new
+        row is written, not deleted, see take_changes)."""
+        for purge in [purge for purge in self.purges if job_id in purge.pending]:
+            self._advance(purge, len(purge.ids))
+
+    def _advance(self, purge: Purge, budget: int) -> int:
+        """Delete up to `budget` of a purge's rows; the last slice ends it. Returns rows taken."""
+        chunk = purge.next_slice(budget)
+        self.deleted.update(chunk)
+        if not purge.ids:
+            self.purges.remove(purge)
+            self.purge_deletes.append((PURGE, purge.key))
+            purge.answer()
+        return len(chunk)
+
+    def take_purge_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
+        """Tombstones to write and to delete since the last commit."""
+        writes, deletes = self.purge_writes, self.purge_deletes
+        self.purge_writes, self.purge_deletes = [], []
+        return writes, deletes
+
+    def housekeeping_due(self) -> bool:
+        """Whether work is left for `housekeep` (the actor then runs passes without sleeping)."""
+        return bool(self.purges or self.graveyard or self.untidy)
+
+    def housekeep(self) -> None:
+        """One pass's share of housekeeping: compact what removals left mostly stale, advance
+        the purges by one slice, let go of one slice of the graveyard."""
+        untidy = self.untidy
+        while untidy:
+            self._compact_one(untidy.pop())
+        budget = PURGE_SLICE
+        while self.purges and budget > 0:
+            budget -= self._advance(self.purges[0], budget)
+        self.graveyard.release(RELEASE_SLICE)
+
+    def _compact_one(self, thing: Any) -> None:
+        if isinstance(thing, QueueState):
+            self.graveyard.bury(thing.compact_ready())
+        elif isinstance(thing, Retention):
+            thing.compact()
+        else:
+            self.graveyard.bury(thing.compact(self._timer_is_current))
+
     # -- timers --------------------------------------------------------------------------------
+
+
+def _arrival(job: Job) -> tuple[float, str]:
+    return (job.created_at, job.id)

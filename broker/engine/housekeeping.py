@@ -1,0 +1,125 @@
+"""Housekeeping between passes: memory that removed jobs leave behind, and large removals.
+
+Removed jobs used to stay referenced by lazily deleted entries (the ready heap, the timer
+wheel, retention queues) until a manual CompactMemory. Now each structure counts the stale
+entries it is left with, and one whose stale entries pass half its size (and a floor) is
+compacted after the pass: O(size) work paid for by at least size/2 removals, so amortised O(1)
+per removal. Objects whose last reference a bulk removal drops (a million jobs) are parked in
+a graveyard and let go of in slices, so freeing them does not stall a pass either.
+
+A large removal (Drain, Obliterate, Clean, PurgeDlq of more than `PURGE_SLICE` jobs) is a
+`Purge`. The jobs leave the live state in the command's own pass (everyone sees them gone at
+once); that pass also commits a tombstone record listing their ids. The store rows are then
+deleted `PURGE_SLICE` at a time, one slice per later pass, with other connections' commands
+running in between; the pass of the last slice deletes the tombstone and releases the
+command's reply. All or nothing: a broker killed before the tombstone's commit stored none of
+it (the client got no reply), one killed after finds the tombstone at restart, skips the
+listed rows and finishes deleting them, so no half-drained queue ever comes back.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import attrs
+import msgspec
+
+from store import Record
+
+from .model import uuid7
+
+PURGE = "purge"
+PURGE_SLICE = 5_000
+"""Store rows deleted per pass by a large removal (SQLite: about 5 us a row)."""
+RELEASE_SLICE = 20_000
+"""Objects let go of per pass from the graveyard (about 1 us each for a job)."""
+MIN_STALE = 1_024
+"""Stale entries a structure may keep before it is compacted (small ones never are)."""
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(list[str]).decode
+_purge_numbers = itertools.count()
+
+
+def worth_compacting(stale: int, size: int) -> bool:
+    """Whether a lazily deleted structure with `stale` of `size` entries should be compacted."""
+    return stale > MIN_STALE and stale * 2 > size
+
+
+@attrs.define(slots=True, eq=False)
+class Purge:
+    """A large removal whose store rows are still being deleted; its reply waits for the end."""
+
+    key: str
+    ids: list[str]
+    pending: set[str]
+    session: Any = None
+    req_id: Any = None
+    reply: dict[str, Any] | None = None
+    written: bool = False  # whether the tombstone is in the store (or on its way this pass)
+
+    @classmethod
+    def new(cls, ids: list[str], session: Any, req_id: Any, reply: dict[str, Any]) -> Purge:
+        """A purge of `ids`, answering `reply` to `session` once stored."""
+        key = f"{uuid7()}-{next(_purge_numbers)}"
+        return cls(key, ids, set(ids), session, req_id, reply)
+
+    @classmethod
+    def resumed(cls, record: Record) -> Purge:
+        """A purge found in the store at restart: finish deleting its rows, answer no one."""
+        ids = _decode(record.body)
+        return cls(record.key, ids, set(ids), written=True)
+
+    def tombstone(self) -> Record:
+        """The stored record listing every id this purge deletes."""
+        return Record(PURGE, self.key, _encode(self.ids))
+
+    def next_slice(self, size: int) -> list[str]:
+        """Take up to `size` ids still to delete from the store."""
+        ids = self.ids
+        chunk = ids[-size:]
+        del ids[-size:]
+        self.pending.difference_update(chunk)
+        return chunk
+
+    def answer(self) -> None:
+        """Release the command's reply (staged: it goes out after this pass's commit)."""
+        session = self.session
+        if session is not None and self.reply is not None and not session.closed:
+            session.reply(self.reply, self.req_id)
+
+
+def purged_ids(records: list[Record]) -> set[str]:
+    """The ids of every job a stored tombstone lists (skipped when loading the jobs)."""
+    ids: set[str] = set()
+    for record in records:
+        if record.kind == PURGE:
+            ids.update(_decode(record.body))
+    return ids
+
+
+class Graveyard:
+    """Objects whose release is spread over passes (their last references, held here)."""
+
+    def __init__(self) -> None:
+        self._lots: list[list[Any]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._lots)
+
+    def bury(self, objects: list[Any]) -> None:
+        """Hold `objects` (the caller gives the list up) until released in slices."""
+        if objects:
+            self._lots.append(objects)
+
+    def release(self, budget: int) -> None:
+        """Let go of up to `budget` objects."""
+        lots = self._lots
+        while lots and budget > 0:
+            lot = lots[-1]
+            taken = min(budget, len(lot))
+            del lot[-taken:]
+            budget -= taken
+            if not lot:
+                lots.pop()
