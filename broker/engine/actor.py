@@ -172,7 +172,7 @@ class EngineActor:
         (Trio is cooperative and a pass, commit included, never awaits), so the caller may
         lend it its own time slice: the pass is the same pass, in the same order, and it saves
         a task switch and a scheduler round per command. If the pass armed an earlier timer
-        than the one the actor sleeps on, the actor is woken to re-arm.
+        than the one the actor sleeps on, or left housekeeping to do, the actor is woken.
         """
         armed = self._armed_deadline
         if armed is None or self._queued_batches:
@@ -180,7 +180,7 @@ class EngineActor:
         self._execute([batch])
         self._commit()
         self._release()
-        if self.engine.next_deadline() < armed:
+        if self.engine.next_deadline() < armed or self.engine.state.housekeeping_due():
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True

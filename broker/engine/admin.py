@@ -7,6 +7,7 @@ records, so they survive a restart.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 from typing import Any
@@ -27,6 +28,8 @@ QUEUE = "queue"
 # stallInterval 0: no stall detection unless set here or by a job's own stallTimeout (a job on
 # a long lease, silent, is not a stalled job). gracePeriod is kept for the reply's shape.
 DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 0, "maxStalls": 3, "gracePeriod": 0}
+MAX_PAGE = 1000
+"""The most jobs one GetJobs reply lists."""
 CLEAN_QUEUED = ("waiting", "wait", "delayed", "prioritized", "paused")
 Reply = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -170,9 +173,12 @@ class AdminHandlers:
     # -- queries -------------------------------------------------------------------------------
 
     def get_jobs(self, session: Any, command: cmd.GetJobs, now: float) -> Reply:
-        """GetJobs: jobs in the states asked for, oldest first, one page."""
-        jobs = sorted(self._jobs_of(command.queue, set(command.state)), key=_age)
-        page = jobs[command.offset : command.offset + command.limit]
+        """GetJobs: jobs in the states asked for, oldest first, one page of at most MAX_PAGE
+        (a larger `limit` is cut to it, so no listing builds a huge reply in one pass)."""
+        jobs = self._jobs_of(command.queue, set(command.state))
+        end = command.offset + min(command.limit, MAX_PAGE)
+        first = heapq.nsmallest(end, jobs, key=_age) if end < len(jobs) else sorted(jobs, key=_age)
+        page = first[command.offset : end]
         return {"ok": True, "jobs": [job.to_wire_with_state() for job in page]}
 
     def counts_per_priority(self, session: Any, command: Any, now: float) -> Reply:

@@ -1,0 +1,238 @@
+"""Issue 11: removed jobs free their memory, large removals run in slices, start-up order."""
+
+from __future__ import annotations
+
+import gc
+import socket
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from broker.engine import actor as actor_module
+from broker.engine import state as state_module
+from broker.engine.housekeeping import PURGE, Purge
+from broker.engine.model import Job
+from broker.engine.records import job_to_row
+from store import JobRow, MemoryStore, Record
+from tests.conftest import EPOCH_MS, memory_connector
+from tests.engine.test_push_pull import push, state_of
+from tests.engine.test_restart import Broker
+from tests.support.client import FrameClient
+
+JOBS = 3000  # above the floor (MIN_STALE) under which nothing is compacted
+
+
+async def push_many(client: FrameClient, count: int, queue: str = "q", **fields: Any) -> list[str]:
+    ids: list[str] = []
+    while len(ids) < count:
+        batch = [{"data": {}, **fields} for _ in range(min(500, count - len(ids)))]
+        ids += (await client.call("PUSHB", queue=queue, jobs=batch))["ids"]
+    return ids
+
+
+def job_refs(app: App, ids: list[str]) -> list[weakref.ref[Job]]:
+    assert app.actor is not None
+    jobs = app.actor.engine.state.jobs
+    return [weakref.ref(jobs[job_id]) for job_id in ids]
+
+
+def alive(refs: list[weakref.ref[Job]]) -> int:
+    gc.collect()
+    return sum(ref() is not None for ref in refs)
+
+
+@pytest.mark.parametrize(
+    "removal",
+    [
+        {"cmd": "Drain", "queue": "q"},
+        {"cmd": "Obliterate", "queue": "q"},
+        {"cmd": "Clean", "queue": "q", "grace": 0, "limit": 10 * JOBS},
+    ],
+)
+async def test_removed_jobs_release_their_memory(
+    app: App, client: FrameClient, removal: dict[str, Any]
+) -> None:
+    ids = await push_many(client, JOBS)
+    ids += await push_many(client, JOBS, delay=3_600_000)
+    ids += await push_many(client, JOBS, ttl=3_600_000)
+    refs = job_refs(app, ids)
+    assert (await client.call(**removal))["ok"] is True
+    await trio.testing.wait_all_tasks_blocked()  # the housekeeping passes run meanwhile
+    assert alive(refs) == 0
+    assert app.actor is not None
+    state = app.actor.engine.state
+    assert len(state.wheel) < JOBS
+    assert all(len(queue.ready) < JOBS for queue in state.queues.values())
+
+
+async def test_retention_lets_go_of_removed_finished_jobs(app: App, client: FrameClient) -> None:
+    ids = await push_many(client, JOBS)
+    for _ in range(JOBS // 500):
+        pulled = (await client.call("PULLB", queue="q", count=500))["jobs"]
+        await client.call("ACKB", ids=[job["id"] for job in pulled])
+    refs = job_refs(app, ids)
+    reply = await client.call("Clean", queue="q", grace=0, state="completed", limit=10 * JOBS)
+    assert reply["count"] == JOBS
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
+async def test_pull_after_a_drain_finds_new_jobs(client: FrameClient) -> None:
+    await push_many(client, JOBS)
+    await client.call("Drain", queue="q")
+    fresh = await push(client)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == fresh
+
+
+@pytest.fixture
+def small_slices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Large removals become purges from 10 jobs on, 10 rows a pass."""
+    monkeypatch.setattr(state_module, "PURGE_SLICE", 10)
+    yield
+
+
+async def test_large_drain_lets_other_clients_through(tmp_path: Path, small_slices: None) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        worker, other = await connect(), await connect()
+        await push_many(worker, 100)
+        kept = await push(worker, "other")
+        await worker.send({"cmd": "Drain", "queue": "q", "reqId": "drain"})
+        await trio.testing.wait_all_tasks_blocked()
+        # The drain's reply waits for its rows to be deleted; another client is served meanwhile.
+        assert (await other.call("Ping"))["ok"] is True
+        assert (await other.call("GetJobCounts", queue="q"))["counts"]["waiting"] == 0
+        assert (await worker.receive_for("drain"))["count"] == 100
+    rows = open_rows(broker)
+    assert [row.id for row in rows] == [kept]
+
+
+def open_rows(broker: Broker) -> list[JobRow]:
+    from store import open_sqlite
+
+    store = open_sqlite(broker.path)
+    try:
+        records = store.load_records()
+        assert [r for r in records if r.kind == PURGE] == []
+        return store.load()
+    finally:
+        store.close()
+
+
+def stored_job(job_id: str, queue: str = "q") -> JobRow:
+    job = Job(id=job_id, queue=queue, name="j", data={}, created_at=EPOCH_MS, run_at=EPOCH_MS)
+    job.state = "waiting"
+    return job_to_row(job)
+
+
+async def start(nursery: trio.Nursery, store: MemoryStore) -> App:
+    app = App(Config(port=0, http_port=0), store=store, clock=Clock(EPOCH_MS))
+    await nursery.start(app.run)
+    return app
+
+
+async def test_restart_finishes_a_drain_cut_short(nursery: trio.Nursery) -> None:
+    # A broker killed mid-purge: the tombstone and half the rows were committed, half not.
+    store = MemoryStore()
+    drained = [f"d{n}" for n in range(20)]
+    for job_id in [*drained[10:], "kept"]:
+        store.rows[job_id] = stored_job(job_id)
+    tombstone = Purge.new(drained, None, None, {}).tombstone()
+    store.records[(tombstone.kind, tombstone.key)] = tombstone
+    app = await start(nursery, store)
+    client = await memory_connector(app, nursery)()
+    assert [await state_of(client, job_id) for job_id in ("d15", "kept")] == ["unknown", "waiting"]
+    await trio.testing.wait_all_tasks_blocked()
+    assert sorted(store.rows) == ["kept"]
+    assert list(store.records) == []
+    app.shutdown()
+
+
+async def test_a_job_pushed_again_during_a_purge_survives_a_restart(
+    tmp_path: Path, small_slices: None
+) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        await push_many(client, 50)
+        reused = await push(client, jobId="custom-1")
+        await client.send({"cmd": "Drain", "queue": "q", "reqId": "drain"})
+        again = await push(client, jobId="custom-1", data={"n": 2})
+        assert again == reused
+        assert (await client.receive_for("drain"))["count"] == 51
+    async with broker.running() as connect:
+        client = await connect()
+        job = (await client.call("GetJob", id="custom-1"))["job"]
+        assert job["data"] == {"n": 2}
+
+
+async def test_get_jobs_returns_at_most_one_page(client: FrameClient) -> None:
+    from broker.engine.admin import MAX_PAGE
+
+    await push_many(client, MAX_PAGE + 5)
+    reply = await client.call("GetJobs", queue="q", state=["waiting"], limit=10**12)
+    assert len(reply["jobs"]) == MAX_PAGE
+    reply = await client.call("GetJobs", queue="q", state=["waiting"], limit=10, offset=MAX_PAGE)
+    assert len(reply["jobs"]) == 5
+
+
+class WatchedStore(MemoryStore):
+    """Notes, while the jobs load, whether the HTTP port is open and /ready says not ready."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.app: App | None = None
+        self.seen: list[tuple[bool, bool, bool]] = []
+
+    def scan_jobs(self) -> Iterator[JobRow]:
+        for row in super().scan_jobs():
+            app = self.app
+            assert app is not None and app.http is not None
+            self.seen.append((bool(app.http_listeners), app.http.ready, app.tcp is not None))
+            yield row
+
+
+async def test_http_port_opens_first_and_is_not_ready_while_loading(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(actor_module, "LOAD_SLICE", 1)
+    store = WatchedStore()
+    store.rows = {f"j{n}": stored_job(f"j{n}") for n in range(3)}
+    with socket.socket() as probe:  # a free port for the real HTTP listener
+        probe.bind(("127.0.0.1", 0))
+        http_port = probe.getsockname()[1]
+    config = Config(host="127.0.0.1", port=0, http_port=http_port)
+    app = App(config, store=store, clock=Clock(EPOCH_MS))
+    store.app = app
+    await nursery.start(app.run)
+    assert store.seen and all(seen[:2] == (True, False) for seen in store.seen)
+    assert app.http is not None and app.http.ready is True
+    client = await memory_connector(app, nursery)()
+    assert await state_of(client, "j1") == "waiting"
+    app.shutdown()
+
+
+async def test_restore_is_a_step_of_start_up_not_of_the_constructor() -> None:
+    from broker.engine.actor import EngineActor
+    from broker.engine.core import Engine
+
+    store = MemoryStore()
+    store.rows["j"] = stored_job("j")
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    assert actor.engine.state.jobs == {}
+    await actor.restore()
+    assert list(actor.engine.state.jobs) == ["j"]
+
+
+def test_tombstone_lists_ids() -> None:
+    record = Purge.new(["a", "b"], None, None, {}).tombstone()
+    assert isinstance(record, Record) and record.kind == PURGE
+    assert Purge.resumed(record).ids == ["a", "b"]
