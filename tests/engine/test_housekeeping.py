@@ -236,3 +236,18 @@ def test_tombstone_lists_ids() -> None:
     record = Purge.new(["a", "b"], None, None, {}).tombstone()
     assert isinstance(record, Record) and record.kind == PURGE
     assert Purge.resumed(record).ids == ["a", "b"]
+
+
+async def test_a_job_removed_and_pushed_again_in_one_pass_is_stored(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        await push(client, jobId="same", data={"n": 1})
+        await client.send(
+            {"cmd": "Cancel", "id": "same", "reqId": "cancel"},
+            {"cmd": "PUSH", "queue": "q", "jobId": "same", "data": {"n": 2}, "reqId": "again"},
+        )
+        assert (await client.receive_for("again"))["ok"] is True
+    async with broker.running() as connect:
+        client = await connect()
+        assert (await client.call("GetJob", id="same"))["job"]["data"] == {"n": 2}
