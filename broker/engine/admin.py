@@ -120,8 +120,7 @@ class AdminHandlers:
 
     def _remove_all(self, jobs: list[Job]) -> list[Job]:
         """Forget `jobs` (those still there); returns the ones removed."""
-        remove = self.state.remove
-        return [job for job in jobs if remove(job)]
+        return self.state.remove_many(jobs)
 
     def _answer_removal(
         self, session: Any, command: Any, removed: list[Job], reply: Reply

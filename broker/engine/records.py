@@ -41,6 +41,11 @@ def _body_builder() -> Callable[[Job], tuple[Any, ...]]:
     return namespace["body"]  # type: ignore[no-any-return]
 
 
+SEQUENCES = ("depends_on", "children_ids", "tags", "timeline")
+NAMES = ("queue", "name")
+MAX_SHARED = 10_000
+_names: dict[str, str] = {}
+
 _body = _body_builder()
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[Any]).decode
@@ -57,4 +62,25 @@ def job_from_row(row: JobRow) -> tuple[Job, bool]:
     if body[0] != FORMAT:
         raise ValueError(f"job {row.id}: unknown row format {body[0]}")
     values = dict(zip(PERSISTED, body[2:], strict=False))
+    # Stored as MessagePack arrays, these load as lists; a live job holds tuples (the empty
+    # one shared). Measured: 140 against 101 MiB for 100,000 jobs before the two steps below.
+    for name in SEQUENCES:
+        value = values.get(name)
+        if value is not None and type(value) is list:
+            values[name] = tuple(value)
+    for name in NAMES:  # one string per queue or job name, as pushes share them
+        value = values.get(name)
+        if value is not None:
+            values[name] = _shared(value)
     return Job(**values), bool(body[1])
+
+
+def _shared(text: str) -> str:
+    """One copy of a repeated name (the cache forgets everything past MAX_SHARED names)."""
+    found = _names.get(text)
+    if found is not None:
+        return found
+    if len(_names) >= MAX_SHARED:
+        _names.clear()
+    _names[text] = text
+    return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import socket
+import sys
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -251,3 +252,20 @@ async def test_a_job_removed_and_pushed_again_in_one_pass_is_stored(tmp_path: Pa
     async with broker.running() as connect:
         client = await connect()
         assert (await client.call("GetJob", id="same"))["job"]["data"] == {"n": 2}
+
+
+def test_restored_jobs_are_as_compact_as_pushed_ones() -> None:
+    # Loading a million jobs took 1,973 MiB against 1,026 for the same jobs pushed live: a
+    # restored job held lists (and its own copy of its queue's name) where a pushed one holds
+    # tuples (the empty one shared) and shared strings.
+    from broker.engine.records import job_from_row
+
+    live = [
+        Job(id=f"j{n}", queue="queue", name="mail", data=b"\x80", created_at=EPOCH_MS,
+            run_at=EPOCH_MS, timeline=("waiting", EPOCH_MS, None))
+        for n in range(2)
+    ]  # fmt: skip
+    first, second = (job_from_row(job_to_row(job))[0] for job in live)
+    for field in ("depends_on", "children_ids", "tags", "timeline"):
+        assert sys.getsizeof(getattr(first, field)) == sys.getsizeof(getattr(live[0], field))
+    assert first.queue is second.queue and first.name is second.name
