@@ -451,54 +451,69 @@ class EngineState(DeadlineRules, DeadLetterRules):
         """`remove` for many jobs at once (Drain, Obliterate, Clean...); returns those removed.
 
         A queued job with nothing else attached (no group, key, lease or holder: the bulk of
-        a drain) takes a short path with the same effects, about three times cheaper, so a
-        million-job removal holds its pass for well under a second; any other job goes
-        through `remove`."""
+        a drain) takes a short path with the same effects, inlined and with its queue's
+        tallies settled in the loop (measured three times cheaper), so a million-job removal
+        holds its pass for about a second; any other job goes through `remove`."""
         removed: list[Job] = []
+        keep = removed.append
         live = self.jobs
+        finished = self.finished.append
         queue: QueueState | None = None
-        stale_timers = 0
+        counts: dict[str, int] = {}
+        stale_timers = stale_entries = 0
         for job in jobs:
-            if live.get(job.id) is not job:
+            job_id = job.id
+            if live.get(job_id) is not job:
                 continue
-            removed.append(job)
+            keep(job)
             state = job.state
-            if state not in QUEUED or not _unattached(job):
+            keys = job.unique_key is not None or job.debounce_id is not None
+            held = job.lock_token is not None or job.holder is not None
+            if state not in QUEUED or keys or held or job.group_id is not None:
                 self.remove(job)
                 continue
             if queue is None or queue.name != job.queue:
-                queue = self.queue(job.queue)
-                self._note_stale_entries(queue)
-            queue.counts[state] -= 1
+                self._settle_removed(queue, counts, stale_entries)
+                queue, counts, stale_entries = self.queue(job.queue), {}, 0
+            counts[state] = counts.get(state, 0) + 1
             if state == DELAYED:
                 queue.delayed.discard(job)
                 stale_timers += 1
             elif job.ready_seq >= 0:
-                queue.stale += 1
+                stale_entries += 1
             if job.ttl:
                 stale_timers += 1
-            self._forget_detached(job)
-        if queue is not None:
-            self._note_stale_entries(queue)
-        self.wheel.stale += stale_timers
-        if worth_compacting(self.wheel.stale, len(self.wheel)):
-            self.untidy.add(self.wheel)
+            finished(job)
+            job.state = ""
+            del live[job_id]
+        self._settle_removed(queue, counts, stale_entries)
+        self._note_stale_timers(stale_timers)
+        if self.tracking:
+            changed = self.changed
+            if changed:
+                for job in removed:
+                    changed.pop(job.id, None)
+            self.deleted.update([job.id for job in removed])
+        if self.emitting:
+            for job in removed:
+                self.emit("removed", job)
         return removed
 
-    def _note_stale_entries(self, queue: QueueState) -> None:
+    def _settle_removed(self, queue: QueueState | None, counts: dict[str, int], stale: int) -> None:
+        """The tallies of jobs `remove_many` took from `queue` by its short path."""
+        if queue is None:
+            return
+        for state, count in counts.items():
+            queue.counts[state] -= count
+        queue.stale += stale
         if worth_compacting(queue.stale, len(queue.ready)):
             self.untidy.add(queue)
 
-    def _forget_detached(self, job: Job) -> None:
-        """The end of `_forget` for a job whose tallies the caller already settled."""
-        self.finished.append(job)
-        job.state = ""
-        del self.jobs[job.id]
-        if self.tracking:
-            self.changed.pop(job.id, None)
-            self.deleted.add(job.id)
-        if self.emitting:
-            self.emit("removed", job)
+    def _note_stale_timers(self, stale: int) -> None:
+        wheel = self.wheel
+        wheel.stale += stale
+        if worth_compacting(wheel.stale, len(wheel)):
+            self.untidy.add(wheel)
 
     def _end_activity(self, job: Job) -> None:
         job.lock_token = None
@@ -631,10 +646,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if state == ACTIVE:
             stale += 1 + bool(job.timeout)
         if stale:
-            wheel = self.wheel
-            wheel.stale += stale
-            if worth_compacting(wheel.stale, len(wheel)):
-                self.untidy.add(wheel)
+            self._note_stale_timers(stale)
 
     def purge_later(self, jobs: list[Job], session: Any, req_id: Any, reply: Any) -> bool:
         """After a bulk removal of `jobs` (already forgotten): let go of them in slices and,
@@ -697,17 +709,6 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self.graveyard.bury(thing.compact(self._timer_is_current))
 
     # -- timers --------------------------------------------------------------------------------
-
-
-def _unattached(job: Job) -> bool:
-    """Whether a job holds nothing but its place in its queue (see `remove_many`)."""
-    return (
-        job.group_id is None
-        and job.unique_key is None
-        and job.debounce_id is None
-        and job.holder is None
-        and job.lock_token is None
-    )
 
 
 def _arrival(job: Job) -> tuple[float, str]:

@@ -269,3 +269,15 @@ def test_restored_jobs_are_as_compact_as_pushed_ones() -> None:
     for field in ("depends_on", "children_ids", "tags", "timeline"):
         assert sys.getsizeof(getattr(first, field)) == sys.getsizeof(getattr(live[0], field))
     assert first.queue is second.queue and first.name is second.name
+
+
+async def test_drain_of_mixed_jobs_settles_counts_and_keys(client: FrameClient) -> None:
+    unique = await push(client, jobId="u1", uniqueKey="k")
+    await push(client, groupId="g")
+    await push(client, delay=60_000, ttl=3_600_000)
+    await push(client, priority=3)
+    await push_many(client, 20)
+    assert (await client.call("Drain", queue="q"))["count"] == 24
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert all(count == 0 for count in counts.values())
+    assert await push(client, uniqueKey="k") != unique
