@@ -29,7 +29,7 @@ QUEUE = "queue"
 # a long lease, silent, is not a stalled job). gracePeriod is kept for the reply's shape.
 DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 0, "maxStalls": 3, "gracePeriod": 0}
 MAX_PAGE = 1000
-"""The most jobs one GetJobs reply lists."""
+"""The most jobs one GetJobs or Dlq reply lists."""
 CLEAN_QUEUED = ("waiting", "wait", "delayed", "prioritized", "paused")
 Reply = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -198,9 +198,10 @@ class AdminHandlers:
     # -- dead letters --------------------------------------------------------------------------
 
     def dlq(self, session: Any, command: cmd.Dlq, now: float) -> Reply:
-        """Dlq: the queue's failed jobs, oldest failure first."""
-        failed = sorted(self._jobs_of(command.queue, (FAILED,)), key=_finished)
-        return {"ok": True, "jobs": [job.to_wire_with_state() for job in failed[: command.count]]}
+        """Dlq: the queue's failed jobs, oldest failure first (at most MAX_PAGE)."""
+        count = min(command.count, MAX_PAGE)
+        failed = heapq.nsmallest(count, self._jobs_of(command.queue, (FAILED,)), key=_finished)
+        return {"ok": True, "jobs": [job.to_wire_with_state() for job in failed]}
 
     def retry_dlq(self, session: Any, command: cmd.RetryDlq, now: float) -> Reply:
         """RetryDlq: failed jobs go back to waiting with a fresh attempt budget."""

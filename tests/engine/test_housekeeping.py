@@ -185,6 +185,19 @@ async def test_get_jobs_returns_at_most_one_page(client: FrameClient) -> None:
     assert len(reply["jobs"]) == 5
 
 
+async def test_dlq_lists_at_most_one_page(client: FrameClient) -> None:
+    from broker.engine.admin import MAX_PAGE
+
+    await push_many(client, MAX_PAGE + 5, maxAttempts=1)
+    for _ in range((MAX_PAGE + 5) // 500 + 1):
+        pulled = (await client.call("PULLB", queue="q", count=500))["jobs"]
+        for job in pulled:
+            await client.send({"cmd": "FAIL", "id": job["id"], "error": "x"})
+    assert (await client.call("GetJobCounts", queue="q"))["counts"]["failed"] == MAX_PAGE + 5
+    reply = await client.call("Dlq", queue="q", count=10**12)
+    assert len(reply["jobs"]) == MAX_PAGE
+
+
 class WatchedStore(MemoryStore):
     """Notes, while the jobs load, whether the HTTP port is open and /ready says not ready."""
 
