@@ -294,3 +294,17 @@ async def test_drain_of_mixed_jobs_settles_counts_and_keys(client: FrameClient) 
     counts = (await client.call("GetJobCounts", queue="q"))["counts"]
     assert all(count == 0 for count in counts.values())
     assert await push(client, uniqueKey="k") != unique
+
+
+def test_an_older_shorter_row_still_loads_with_defaults() -> None:
+    import msgspec
+
+    from broker.engine.records import PERSISTED, job_from_row
+
+    job = Job(id="old", queue="q", name="n", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
+    full = msgspec.msgpack.decode(job_to_row(job).body)
+    short = full[: 2 + PERSISTED.index("tags")]  # a row written before `tags` existed
+    row = JobRow("old", "q", "waiting", msgspec.msgpack.encode(short))
+    loaded, held = job_from_row(row)
+    assert (loaded.id, loaded.queue, loaded.tags, held) == ("old", "q", (), False)
+    assert job_to_row(job_from_row(job_to_row(job))[0]) == job_to_row(job)
