@@ -263,10 +263,13 @@ class EngineState(DeadlineRules, DeadLetterRules):
         deleted. Whatever this changes is written back to the store.
         """
         self.now = now
-        jobs.sort(key=_arrival)
+        # Arrival order, by two stable sorts: a (created_at, id) key tuple per job took ~80 MiB
+        # at once for a million jobs.
+        jobs.sort(key=_job_id)
+        jobs.sort(key=_created_at)
         for job in jobs:
             self.jobs[job.id] = job
-        stored_states = {job.id: job.state for job in jobs}
+        stored_states = [job.state for job in jobs]  # a list: a dict took ~40 MiB more
         yield
         # Finished jobs first, oldest first, so that one failing during the restart (its ttl
         # ran out while the broker was down) is the newest in retention, not the oldest.
@@ -305,7 +308,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 self._enter(job, ACTIVE)
                 self._arm_timeout(job, job.started_at or now)
         self.tracking = True
-        self._store_restart_changes(stored_states)
+        self._store_restart_changes(jobs, stored_states)
         self.expire_retained(self.completed, now)
         self.expire_retained(self.failed, now)
 
@@ -314,10 +317,11 @@ class EngineState(DeadlineRules, DeadLetterRules):
         housekeeping.py; their rows were skipped at load)."""
         self.purges.extend(purges)
 
-    def _store_restart_changes(self, stored_states: dict[str, str]) -> None:
+    def _store_restart_changes(self, jobs: list[Job], stored_states: list[str]) -> None:
         """What the restart itself changed (a job requeued, one whose ttl ran out while the
         broker was down, one that went away) is written back, so the store agrees."""
-        for job_id, stored in stored_states.items():
+        for loaded, stored in zip(jobs, stored_states, strict=True):
+            job_id = loaded.id
             job = self.jobs.get(job_id)
             if job is None:
                 self.deleted.add(job_id)
@@ -711,5 +715,9 @@ class EngineState(DeadlineRules, DeadLetterRules):
     # -- timers --------------------------------------------------------------------------------
 
 
-def _arrival(job: Job) -> tuple[float, str]:
-    return (job.created_at, job.id)
+def _job_id(job: Job) -> str:
+    return job.id
+
+
+def _created_at(job: Job) -> float:
+    return job.created_at
