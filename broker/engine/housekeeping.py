@@ -43,8 +43,10 @@ _purge_numbers = itertools.count()
 
 
 def worth_compacting(stale: int, size: int) -> bool:
-    """Whether a lazily deleted structure with `stale` of `size` entries should be compacted."""
-    return stale > MIN_STALE and stale * 2 > size
+    """Whether a lazily deleted structure with `stale` of `size` entries should be compacted:
+    over half of it is stale and either that is many entries or it is all of them (a queue
+    emptied job by job lets go of everything). The work is O(size), at most 2 * stale."""
+    return stale * 2 > size and (stale > MIN_STALE or stale >= size)
 
 
 @attrs.define(slots=True, eq=False)

@@ -74,6 +74,22 @@ async def test_removed_jobs_release_their_memory(
     assert all(len(queue.ready) < JOBS for queue in state.queues.values())
 
 
+async def test_jobs_cancelled_one_by_one_release_their_memory(
+    app: App, client: FrameClient
+) -> None:
+    ids = await push_many(client, JOBS)
+    ids += await push_many(client, JOBS, delay=3_600_000)
+    refs = job_refs(app, ids)
+    for start in range(0, len(ids), 500):
+        cancels = [
+            {"cmd": "Cancel", "id": job_id, "reqId": job_id} for job_id in ids[start : start + 500]
+        ]
+        await client.send(*cancels)
+        await client.receive_for(ids[start + 499])
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
 async def test_retention_lets_go_of_removed_finished_jobs(app: App, client: FrameClient) -> None:
     ids = await push_many(client, JOBS)
     for _ in range(JOBS // 500):
