@@ -22,7 +22,7 @@ from broker.engine import state as state_module
 from broker.engine.housekeeping import PURGE, Purge
 from broker.engine.model import Job
 from broker.engine.records import job_to_row
-from store import JobRow, MemoryStore, Record
+from store import JobRow, MemoryStore, Record, StoreError
 from tests.conftest import EPOCH_MS, memory_connector
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_restart import Broker
@@ -145,7 +145,7 @@ def open_rows(broker: Broker) -> list[JobRow]:
 
 
 def stored_job(job_id: str, queue: str = "q") -> JobRow:
-    job = Job(id=job_id, queue=queue, name="j", data={}, created_at=EPOCH_MS, run_at=EPOCH_MS)
+    job = Job(id=job_id, queue=queue, name="j", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
     job.state = "waiting"
     return job_to_row(job)
 
@@ -324,3 +324,44 @@ def test_an_older_shorter_row_still_loads_with_defaults() -> None:
     loaded, held = job_from_row(row)
     assert (loaded.id, loaded.queue, loaded.tags, held) == ("old", "q", (), False)
     assert job_to_row(job_from_row(job_to_row(job))[0]) == job_to_row(job)
+
+
+class FailingStore(MemoryStore):
+    """Fails (as a full disk would: the broker stops) on the third commit after a tombstone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = True
+        self.left: int | None = None
+
+    def commit(self, upserts: Any, deletes: Any, *, sync: bool, **more: Any) -> None:
+        if self.armed and self.left == 0:
+            raise StoreError("disk gone")
+        super().commit(upserts, deletes, sync=sync, **more)
+        if self.left is not None:
+            self.left -= 1
+        elif any(key[0] == PURGE for key in self.records):
+            self.left = 2
+
+
+async def test_a_broker_stopped_mid_drain_drains_fully_at_restart(small_slices: None) -> None:
+    store = FailingStore()
+    with pytest.raises(ExceptionGroup) as stopped:
+        async with trio.open_nursery() as nursery:
+            app = await start(nursery, store)
+            client = await memory_connector(app, nursery)()
+            await push_many(client, 100)
+            kept = await push(client, "other")
+            await client.send({"cmd": "Drain", "queue": "q", "reqId": "drain"})
+            await client.receive_for("drain")  # never comes: the broker stops first
+    assert stopped.group_contains(StoreError)  # type: ignore[attr-defined]
+    assert 1 < len(store.rows) < 101  # stopped half way: some rows deleted, not all
+    store.armed = False
+    async with trio.open_nursery() as nursery:
+        app = await start(nursery, store)
+        client = await memory_connector(app, nursery)()
+        assert (await client.call("GetJobCounts", queue="q"))["counts"]["waiting"] == 0
+        await trio.testing.wait_all_tasks_blocked()
+        assert list(store.rows) == [kept]
+        assert [key for key in store.records if key[0] == PURGE] == []
+        app.shutdown()
