@@ -122,22 +122,18 @@ class AdminHandlers:
         """Forget `jobs` (those still there); returns the ones removed."""
         return self.state.remove_many(jobs)
 
-    def _answer_removal(
-        self, session: Any, command: Any, removed: list[Job], reply: Reply
-    ) -> Reply | None:
-        """The reply of a bulk removal: now, or (a large one, stored) once its rows are deleted,
-        see housekeeping.py. None means the reply is held."""
-        if self.state.purge_later(removed, session, command.reqId, reply):
-            return None
+    def _answer_removal(self, removed: list[Job], reply: Reply) -> Reply:
+        """The reply of a bulk removal, whose jobs and rows go in slices (housekeeping.py)."""
+        self.state.purge_later(removed)
         return reply
 
-    def drain(self, session: Any, command: cmd.Drain, now: float) -> Reply | None:
+    def drain(self, session: Any, command: cmd.Drain, now: float) -> Reply:
         """Drain: remove the jobs that wait to run; active and finished ones stay."""
         removed = self._remove_all(self._jobs_of(command.queue, QUEUED_STATES))
         reply = {"ok": True, "count": len(removed)}
-        return self._answer_removal(session, command, removed, reply)
+        return self._answer_removal(removed, reply)
 
-    def obliterate(self, session: Any, command: cmd.Obliterate, now: float) -> Reply | None:
+    def obliterate(self, session: Any, command: cmd.Obliterate, now: float) -> Reply:
         """Obliterate: every job of the queue, in any state, and its settings, are gone."""
         removed = self._remove_all(self._jobs_of(command.queue))
         queue = self.state.queues.pop(command.queue, None)
@@ -149,13 +145,13 @@ class AdminHandlers:
                 if not waiter.done and not waiter.session.closed:
                     waiter.done = True
                     waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)  # type: ignore[attr-defined]
-        return self._answer_removal(session, command, removed, {"ok": True})
+        return self._answer_removal(removed, {"ok": True})
 
     def list_queues(self, session: Any, command: cmd.ListQueues, now: float) -> Reply:
         """ListQueues: names, sorted."""
         return {"ok": True, "queues": sorted(self.state.queues)}
 
-    def clean(self, session: Any, command: cmd.Clean, now: float) -> Reply | None:
+    def clean(self, session: Any, command: cmd.Clean, now: float) -> Reply:
         """Clean: remove jobs older than `grace` ms in the state named (queued by default)."""
         state = command.state
         if state is None or state in CLEAN_QUEUED:
@@ -167,7 +163,7 @@ class AdminHandlers:
         old.sort(key=lambda job: (job.created_at, job.id))
         removed = self._remove_all(old[: command.limit])
         reply = {"ok": True, "count": len(removed), "ids": [job.id for job in removed]}
-        return self._answer_removal(session, command, removed, reply)
+        return self._answer_removal(removed, reply)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -210,11 +206,11 @@ class AdminHandlers:
             failed = [job for job in failed if job.id == command.jobId]
         return {"ok": True, "count": sum(self.state.revive(job, now) for job in failed)}
 
-    def purge_dlq(self, session: Any, command: cmd.PurgeDlq, now: float) -> Reply | None:
+    def purge_dlq(self, session: Any, command: cmd.PurgeDlq, now: float) -> Reply:
         """PurgeDlq: delete the queue's failed jobs."""
         removed = self._remove_all(self._jobs_of(command.queue, (FAILED,)))
         reply = {"ok": True, "count": len(removed)}
-        return self._answer_removal(session, command, removed, reply)
+        return self._answer_removal(removed, reply)
 
     def retry_completed(self, session: Any, command: cmd.RetryCompleted, now: float) -> Reply:
         """RetryCompleted: completed jobs run again (result and progress cleared)."""

@@ -7,14 +7,17 @@ compacted after the pass: O(size) work paid for by at least size/2 removals, so 
 per removal. Objects whose last reference a bulk removal drops (a million jobs) are parked in
 a graveyard and let go of in slices, so freeing them does not stall a pass either.
 
-A large removal (Drain, Obliterate, Clean, PurgeDlq of more than `PURGE_SLICE` jobs) is a
-`Purge`. The jobs leave the live state in the command's own pass (everyone sees them gone at
-once); that pass also commits a tombstone record listing their ids. The store rows are then
-deleted `PURGE_SLICE` at a time, one slice per later pass, with other connections' commands
-running in between; the pass of the last slice deletes the tombstone and releases the
-command's reply. All or nothing: a broker killed before the tombstone's commit stored none of
-it (the client got no reply), one killed after finds the tombstone at restart, skips the
-listed rows and finishes deleting them, so no half-drained queue ever comes back.
+A large removal (Drain, Obliterate, Clean, PurgeDlq of more than `PURGE_SLICE` stored jobs)
+is a `Purge`. The jobs leave the live state in the command's own pass (everyone sees them gone
+at once), and that pass commits a tombstone record listing their ids: the commit point. The
+reply goes out after that commit, like any other. The store rows are then deleted
+`PURGE_SLICE` at a time, one slice per later pass, with other connections' commands running in
+between; the last slice deletes the tombstone. All or nothing: a broker killed before the
+tombstone's commit stored none of it (and sent no reply); one killed after finds the tombstone
+at restart, skips the listed rows and finishes deleting them, so no half-drained queue ever
+comes back. Replying at the commit point rather than after the last slice keeps a
+connection's replies in order (a client without reqIds matches them by order) and holds no
+client up for the clean-up.
 """
 
 from __future__ import annotations
@@ -51,27 +54,23 @@ def worth_compacting(stale: int, size: int) -> bool:
 
 @attrs.define(slots=True, eq=False)
 class Purge:
-    """A large removal whose store rows are still being deleted; its reply waits for the end."""
+    """A large removal whose store rows are still being deleted."""
 
     key: str
     ids: list[str]
-    pending: set[str]
-    session: Any = None
-    req_id: Any = None
-    reply: dict[str, Any] | None = None
-    written: bool = False  # whether the tombstone is in the store (or on its way this pass)
+    pending: set[str]  # `ids` as a set: a push under one of them ends the purge at once
 
     @classmethod
-    def new(cls, ids: list[str], session: Any, req_id: Any, reply: dict[str, Any]) -> Purge:
-        """A purge of `ids`, answering `reply` to `session` once stored."""
+    def new(cls, ids: list[str]) -> Purge:
+        """A purge of the rows of `ids`."""
         key = f"{uuid7()}-{next(_purge_numbers)}"
-        return cls(key, ids, set(ids), session, req_id, reply)
+        return cls(key, ids, set(ids))
 
     @classmethod
     def resumed(cls, record: Record) -> Purge:
-        """A purge found in the store at restart: finish deleting its rows, answer no one."""
+        """A purge found in the store at restart: finish deleting its rows."""
         ids = _decode(record.body)
-        return cls(record.key, ids, set(ids), written=True)
+        return cls(record.key, ids, set(ids))
 
     def tombstone(self) -> Record:
         """The stored record listing every id this purge deletes."""
@@ -84,12 +83,6 @@ class Purge:
         del ids[-size:]
         self.pending.difference_update(chunk)
         return chunk
-
-    def answer(self) -> None:
-        """Release the command's reply (staged: it goes out after this pass's commit)."""
-        session = self.session
-        if session is not None and self.reply is not None and not session.closed:
-            session.reply(self.reply, self.req_id)
 
 
 def purged_ids(records: list[Record]) -> set[str]:

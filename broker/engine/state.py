@@ -652,19 +652,18 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if stale:
             self._note_stale_timers(stale)
 
-    def purge_later(self, jobs: list[Job], session: Any, req_id: Any, reply: Any) -> bool:
+    def purge_later(self, jobs: list[Job]) -> None:
         """After a bulk removal of `jobs` (already forgotten): let go of them in slices and,
-        when there are many and a store, delete their rows in slices as a Purge that answers
-        `reply` at its end. False when the caller should answer now."""
+        when there are many and a store, delete their rows in slices as a Purge (its tombstone
+        is committed with this pass, see housekeeping.py)."""
         self.graveyard.bury(jobs)
         if not self.tracking or len(jobs) <= PURGE_SLICE:
-            return False
+            return
         ids = [job.id for job in jobs]
         self.deleted.difference_update(ids)
-        purge = Purge.new(ids, session, req_id, reply)
+        purge = Purge.new(ids)
         self.purges.append(purge)
         self.purge_writes.append(purge.tombstone())
-        return True
 
     def _finish_purges_of(self, job_id: str) -> None:
         """A job is pushed under an id a purge has yet to delete from the store: finish that
@@ -680,7 +679,6 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if not purge.ids:
             self.purges.remove(purge)
             self.purge_deletes.append((PURGE, purge.key))
-            purge.answer()
         return len(chunk)
 
     def take_purge_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
