@@ -51,6 +51,7 @@ from .model import (
     FAILED,
     MAX_TIMELINE,
     PRIORITIZED,
+    QUEUED_STATES,
     READY_STATES,
     TIMELINE_ENTRY,
     WAITING,
@@ -64,8 +65,7 @@ from .timers import TimerWheel
 RESTORE_SLICE = 10_000
 """Jobs restored between two yields of `EngineState.restore`."""
 NOT_STARTED = frozenset({WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN})
-READY = frozenset({WAITING, PRIORITIZED, DELAYED})
-QUEUED = READY  # how a queued job reports can change
+READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports can change
 
 
 class EngineState(DeadlineRules, DeadLetterRules):
@@ -473,7 +473,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             state = job.state
             keys = job.unique_key is not None or job.debounce_id is not None
             held = job.lock_token is not None or job.holder is not None
-            if state not in QUEUED or keys or held or job.group_id is not None:
+            if state not in QUEUED_STATES or keys or held or job.group_id is not None:
                 self.remove(job)
                 continue
             if queue is None or queue.name != job.queue:
