@@ -375,7 +375,8 @@ async def test_a_broker_stopped_mid_drain_drains_fully_at_restart(small_slices: 
             kept = await push(client, "other")
             await client.send({"cmd": "Drain", "queue": "q", "reqId": "drain"})
             await client.receive_for("drain")
-            await trio.sleep_forever()  # the broker stops while it deletes the rows
+            await trio.testing.wait_all_tasks_blocked()  # it stops while deleting the rows
+            app.shutdown()  # (not reached when it stopped)
     assert stopped.group_contains(StoreError)  # type: ignore[attr-defined]
     assert 1 < len(store.rows) < 101  # stopped half way: some rows deleted, not all
     store.armed = False
