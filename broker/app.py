@@ -1,5 +1,8 @@
 """The application: the engine actor and the TCP server under one root nursery.
 
+Start-up runs in steps: open the HTTP port (`/ready` answers 503), restore the engine from the
+store, start the engine actor, open the TCP port, report ready.
+
 Shutdown runs in layers: stop accepting, answer parked long polls, give in-flight replies a
 grace period, close the connections (each tells the engine, which releases its jobs), then close
 the engine's inbox so the actor finishes its last pass and returns.
@@ -73,14 +76,17 @@ class App:
         dispatcher = WebhookDispatcher(engine, retry_base_s=config.webhook_retry_s)
         actor.bus.add_listener(dispatcher.on_event, engine.has_webhooks)
         async with trio.open_nursery() as nursery:
-            await nursery.start(actor.run)
             async with trio.open_nursery() as servers:
-                servers.start_soon(dispatcher.run)  # cancelled with the servers at shutdown
-                listeners = await servers.start(tcp.run, config.host, config.port)
+                # Start-up order: the HTTP port first, answering /ready with 503 while the
+                # engine restores from the store; then the engine; then the TCP port.
                 if config.http_port:
                     self.http_listeners = await servers.start(
                         http.run, config.host, config.http_port
                     )
+                await actor.restore()
+                await nursery.start(actor.run)
+                servers.start_soon(dispatcher.run)  # cancelled with the servers at shutdown
+                listeners = await servers.start(tcp.run, config.host, config.port)
                 http.ready = True
                 task_status.started(listeners)
                 await self._stop.wait()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import NamedTuple, Protocol
 
 
@@ -32,6 +32,11 @@ class Store(Protocol):
 
     def load(self) -> list[JobRow]:
         """Every stored job."""
+        ...
+
+    def scan_jobs(self) -> Iterator[JobRow]:
+        """Every stored job, one at a time (a start-up never holds every row at once).
+        Nothing else may use the store until the iteration ends."""
         ...
 
     def load_records(self) -> list[Record]:

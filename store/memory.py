@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from .base import JobRow, Record
 
@@ -19,6 +19,10 @@ class MemoryStore:
     def load(self) -> list[JobRow]:
         """Every stored job."""
         return list(self.rows.values())
+
+    def scan_jobs(self) -> Iterator[JobRow]:
+        """Every stored job, one at a time."""
+        return iter(list(self.rows.values()))
 
     def load_records(self) -> list[Record]:
         """Every stored record."""

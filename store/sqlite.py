@@ -10,7 +10,7 @@ than guessed at.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 import apsw
 
@@ -115,6 +115,14 @@ class SqliteStore:
     def load(self) -> list[JobRow]:
         """Every stored job."""
         return [JobRow(*row) for row in self._db.execute(SELECT_ALL)]
+
+    def scan_jobs(self) -> Iterator[JobRow]:
+        """Every stored job, read from a cursor as it is consumed."""
+        try:
+            for row in self._db.execute(SELECT_ALL):
+                yield JobRow(*row)
+        except apsw.Error as exc:
+            raise StoreError(self._explain(exc)) from None
 
     def load_records(self) -> list[Record]:
         """Every stored record."""

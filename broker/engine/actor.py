@@ -13,6 +13,7 @@ turn of the scheduler: the other connections of that turn queue and share the ac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Any
@@ -25,12 +26,16 @@ from store import Store
 from ..clock import Clock
 from ..events import EventBus, event_message
 from .core import Engine
+from .housekeeping import PURGE, Purge, purged_ids
+from .model import Job
 from .records import job_from_row, job_to_row
 
 log = logging.getLogger(__name__)
 
 INBOX_SIZE = 256
 MAX_BATCHES_PER_PASS = 32
+LOAD_SLICE = 10_000
+"""Stored rows read at start-up between two checkpoints."""
 
 
 @attrs.define(slots=True)  # not frozen: one is made per read, and frozen init costs more
@@ -78,14 +83,6 @@ class EngineActor:
         self.bus = bus if bus is not None else EventBus()
         engine.started_ms = clock.now_ms()
         self.bus.on_change = self._listening
-        if store is not None:
-            now = clock.now_ms()
-            engine.state.restore([job_from_row(row) for row in store.load()], now)
-            records = store.load_records()
-            engine.restore_crons(records, now)
-            engine.restore_settings(records, now)
-            engine.restore_webhooks(records)
-            self._commit_to(store)  # what the restart itself changed (requeued, expired)
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
         # Sessions with staged replies register here; they are released after the commit.
         self.outbox: set[Any] = set()
@@ -100,6 +97,45 @@ class EngineActor:
         # each run (and commit) a pass of their own in the same turn, one commit per connection
         # instead of one for all of them, and new clients would wait behind all those commits.
         self._inline_spent = False
+        self._restored = False
+
+    async def restore(self) -> None:
+        """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
+
+        Rows are decoded as they are read (never all held at once, which doubled the start-up's
+        peak memory) and the task checkpoints every LOAD_SLICE rows and restored jobs, so the
+        HTTP port, opened first, answers `/ready` with 503 meanwhile. Rows a stored tombstone
+        lists (a large removal cut short) are skipped and that removal resumes.
+        `run` calls it itself when nobody did: an engine that serves without having restored
+        would track no changes, and so store none.
+        """
+        self._restored = True
+        store = self.store
+        if store is None:
+            return
+        engine = self.engine
+        now = self.clock.now_ms()
+        records = store.load_records()
+        skipped = purged_ids(records)
+        jobs: list[Job] = []
+        held: set[str] = set()
+        for n, row in enumerate(store.scan_jobs(), 1):
+            if n % LOAD_SLICE == 0:
+                await trio.lowlevel.checkpoint()
+            if row.id in skipped:
+                continue
+            job, was_held = job_from_row(row)
+            jobs.append(job)
+            if was_held:
+                held.add(job.id)
+        for _ in engine.state.restore(jobs, held, now):
+            await trio.lowlevel.checkpoint()
+        del jobs
+        engine.state.restore_purges([Purge.resumed(r) for r in records if r.kind == PURGE])
+        engine.restore_crons(records, now)
+        engine.restore_settings(records, now)
+        engine.restore_webhooks(records)
+        self._commit_to(store)  # what the restart itself changed (requeued, expired)
 
     def answer_parked_message(self) -> AnswerParked:
         """The inbox message that answers every parked long poll (used at shutdown)."""
@@ -107,6 +143,8 @@ class EngineActor:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until the inbox is closed (every sender gone), then return."""
+        if not self._restored:
+            await self.restore()
         task_status.started()
         receive = self._receive
         async with receive:
@@ -149,7 +187,7 @@ class EngineActor:
         (Trio is cooperative and a pass, commit included, never awaits), so the caller may
         lend it its own time slice: the pass is the same pass, in the same order, and it saves
         a task switch and a scheduler round per command. If the pass armed an earlier timer
-        than the one the actor sleeps on, the actor is woken to re-arm.
+        than the one the actor sleeps on, or left housekeeping to do, the actor is woken.
         """
         armed = self._armed_deadline
         if armed is None or self._queued_batches or self._inline_spent:
@@ -159,7 +197,7 @@ class EngineActor:
         self._execute([batch])
         self._commit()
         self._release()
-        if self.engine.next_deadline() < armed:
+        if self.engine.next_deadline() < armed or self.engine.state.housekeeping_due():
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True
@@ -174,12 +212,20 @@ class EngineActor:
         Work already queued is taken without yielding. Were the actor to yield holding an item
         while it looks idle, a batch submitted meanwhile would run inline ahead of the item, and
         one connection's commands could run out of order.
+        With housekeeping left (housekeeping.py), the actor does not sleep: it lets the other
+        tasks run, then returns with whatever arrived meanwhile, and the pass does one more
+        slice of it.
         """
         try:
             items.append(self._receive.receive_nowait())
             return
         except trio.WouldBlock:
             pass
+        if self.engine.state.housekeeping_due():
+            await trio.lowlevel.checkpoint()
+            with contextlib.suppress(trio.WouldBlock):
+                items.append(self._receive.receive_nowait())
+            return
         deadline = self.engine.next_deadline()
         self._armed_deadline = deadline
         try:
@@ -208,6 +254,8 @@ class EngineActor:
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
         engine.tick(now)
+        if engine.state.housekeeping_due():
+            engine.state.housekeep()
         self.passes += 1
         if self.on_pass is not None:
             self.on_pass(commands)
@@ -226,7 +274,8 @@ class EngineActor:
     def _commit_to(self, store: Store) -> None:
         changed, deleted, sync = self.engine.state.take_changes()
         records, record_deletes = self.engine.take_cron_writes()
-        for more, fewer in (self.engine.take_settings_writes(), self.engine.take_webhook_writes()):
+        state_writes = (self.engine.take_settings_writes(), self.engine.take_webhook_writes())
+        for more, fewer in (*state_writes, self.engine.state.take_purge_writes()):
             records += more
             record_deletes += fewer
         if changed or deleted or records or record_deletes:

@@ -7,6 +7,7 @@ records, so they survive a restart.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 from collections.abc import Callable
@@ -37,6 +38,8 @@ QUEUE = "queue"
 # stallInterval 0: no stall detection unless set here or by a job's own stallTimeout (a job on
 # a long lease, silent, is not a stalled job). gracePeriod is kept for the reply's shape.
 DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 0, "maxStalls": 3, "gracePeriod": 0}
+MAX_PAGE = 1000
+"""The most jobs one GetJobs or Dlq reply lists."""
 CLEAN_QUEUED = ("waiting", "wait", "delayed", "prioritized", "paused")
 Reply = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -130,24 +133,35 @@ class AdminHandlers:
         queue = self.state.queues.get(command.queue)
         return {"ok": True, "paused": bool(queue and queue.paused)}
 
+    def _remove_all(self, jobs: list[Job]) -> list[Job]:
+        """Forget `jobs` (those still there); returns the ones removed."""
+        return self.state.remove_many(jobs)
+
+    def _answer_removal(self, removed: list[Job], reply: Reply) -> Reply:
+        """The reply of a bulk removal, whose jobs and rows go in slices (housekeeping.py)."""
+        self.state.purge_later(removed)
+        return reply
+
     def drain(self, session: Any, command: cmd.Drain, now: float) -> Reply:
         """Drain: remove the jobs that wait to run; active and finished ones stay."""
-        jobs = self._jobs_of(command.queue, QUEUED_STATES)
-        return {"ok": True, "count": sum(self.state.remove(job) for job in jobs)}
+        removed = self._remove_all(self._jobs_of(command.queue, QUEUED_STATES))
+        reply = {"ok": True, "count": len(removed)}
+        return self._answer_removal(removed, reply)
 
     def obliterate(self, session: Any, command: cmd.Obliterate, now: float) -> Reply:
         """Obliterate: every job of the queue, in any state, and its settings, are gone."""
-        for job in self._jobs_of(command.queue):
-            self.state.remove(job)
+        removed = self._remove_all(self._jobs_of(command.queue))
         queue = self.state.queues.pop(command.queue, None)
         self.state.telemetry.forget(command.queue)
         if queue is not None:
+            self.state.graveyard.bury(queue.ready)  # its entries go in slices with the jobs
+            queue.ready = []
             self._settings_changed(queue)
             for waiter in queue.waiters:
                 if not waiter.done and not waiter.session.closed:
                     waiter.done = True
                     waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)  # type: ignore[attr-defined]
-        return {"ok": True}
+        return self._answer_removal(removed, {"ok": True})
 
     def list_queues(self, session: Any, command: cmd.ListQueues, now: float) -> Reply:
         """ListQueues: names, sorted."""
@@ -163,13 +177,15 @@ class AdminHandlers:
             jobs = self._jobs_of(command.queue, (state,))
             old = [job for job in jobs if now - (job.completed_at or now) >= command.grace]
         old.sort(key=lambda job: (job.created_at, job.id))
-        removed = [job.id for job in old[: command.limit] if self.state.remove(job)]
-        return {"ok": True, "count": len(removed), "ids": removed}
+        removed = self._remove_all(old[: command.limit])
+        reply = {"ok": True, "count": len(removed), "ids": [job.id for job in removed]}
+        return self._answer_removal(removed, reply)
 
     # -- queries -------------------------------------------------------------------------------
 
     def get_jobs(self, session: Any, command: cmd.GetJobs, now: float) -> Reply:
-        """GetJobs: jobs in the states asked for, oldest first, one page."""
+        """GetJobs: jobs in the states asked for, oldest first, one page of at most MAX_PAGE
+        (a larger `limit` is cut to it, so no listing builds a huge reply in one pass)."""
         states = set(command.state)
         queue = self.state.queues.get(command.queue)
         if command.explicit and queue is not None and queue.paused:
@@ -178,8 +194,10 @@ class AdminHandlers:
             states -= READY_STATES
             if paused:
                 states |= READY_STATES
-        jobs = sorted(self._jobs_of(command.queue, states), key=_age)
-        page = jobs[command.offset : command.offset + command.limit]
+        jobs = self._jobs_of(command.queue, states)
+        end = command.offset + min(command.limit, MAX_PAGE)
+        first = heapq.nsmallest(end, jobs, key=_age) if end < len(jobs) else sorted(jobs, key=_age)
+        page = first[command.offset : end]
         return {"ok": True, "jobs": [job.to_wire_with_state() for job in page]}
 
     def counts_per_priority(self, session: Any, command: Any, now: float) -> Reply:
@@ -200,9 +218,10 @@ class AdminHandlers:
     # -- dead letters --------------------------------------------------------------------------
 
     def dlq(self, session: Any, command: cmd.Dlq, now: float) -> Reply:
-        """Dlq: the queue's failed jobs, oldest failure first."""
-        failed = sorted(self._jobs_of(command.queue, (FAILED,)), key=_finished)
-        return {"ok": True, "jobs": [job.to_wire_with_state() for job in failed[: command.count]]}
+        """Dlq: the queue's failed jobs, oldest failure first (at most MAX_PAGE)."""
+        count = min(command.count, MAX_PAGE)
+        failed = heapq.nsmallest(count, self._jobs_of(command.queue, (FAILED,)), key=_finished)
+        return {"ok": True, "jobs": [job.to_wire_with_state() for job in failed]}
 
     def retry_dlq(self, session: Any, command: cmd.RetryDlq, now: float) -> Reply:
         """RetryDlq: failed jobs go back to waiting with a fresh attempt budget."""
@@ -213,8 +232,9 @@ class AdminHandlers:
 
     def purge_dlq(self, session: Any, command: cmd.PurgeDlq, now: float) -> Reply:
         """PurgeDlq: delete the queue's failed jobs."""
-        failed = self._jobs_of(command.queue, (FAILED,))
-        return {"ok": True, "count": sum(self.state.remove(job) for job in failed)}
+        removed = self._remove_all(self._jobs_of(command.queue, (FAILED,)))
+        reply = {"ok": True, "count": len(removed)}
+        return self._answer_removal(removed, reply)
 
     def retry_completed(self, session: Any, command: cmd.RetryCompleted, now: float) -> Reply:
         """RetryCompleted: completed jobs run again (result and progress cleared)."""

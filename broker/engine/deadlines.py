@@ -75,12 +75,18 @@ class Retention:
         self.max_age_ms = max_age_ms
         self.entries: deque[tuple[float, int, Job]] = deque()
         self.count = 0
+        self.stale = 0  # entries no longer current (see housekeeping.py)
         self.armed_at: float | None = None  # when its pending age timer fires, if it has one
 
     def add(self, job: Job, finished_at: float) -> None:
         """Keep `job`, finished at `finished_at` (call in finishing order, after
         `mark_finished`)."""
         self.entries.append((finished_at, job.retained_seq, job))
+
+    def compact(self) -> None:
+        """Drop the entries that are no longer current."""
+        self.entries = deque(entry for entry in self.entries if self.current(entry))
+        self.stale = 0
 
     def current(self, entry: tuple[float, int, Job]) -> bool:
         """Whether the entry still describes its job."""
@@ -165,11 +171,13 @@ class DeadlineRules:
             entry = entries[0]
             if not retention.current(entry):
                 entries.popleft()  # the job moved on (retried, removed): nothing to forget
+                retention.stale = max(retention.stale - 1, 0)
                 continue
             if retention.count <= retention.limit and entry[0] + retention.max_age_ms > now:
                 break
             entries.popleft()
             self._forget(entry[2])  # leaving the state lowers retention.count
+            retention.stale = max(retention.stale - 1, 0)  # ...and counted this entry stale
         expiry = retention.next_expiry()
         armed = retention.armed_at
         if expiry is not None and (armed is None or expiry < armed):
@@ -183,6 +191,8 @@ class DeadlineRules:
             if queue.idle():
                 del self.queues[name]
         self.wheel.compact(self._timer_is_current)
+        self.completed.compact()
+        self.failed.compact()
 
     def _timer_is_current(self, timer: Any) -> bool:
         job = timer.target
@@ -193,7 +203,8 @@ class DeadlineRules:
         if timer.kind in (TIMEOUT, STALL):
             return job.state == ACTIVE and job.activation == timer.token
         if timer.kind == TTL:
-            return job.id in self.jobs and job.state not in (COMPLETED, FAILED)
+            live = self.jobs.get(job.id) is job  # not a removed one whose id came back
+            return live and job.state not in (COMPLETED, FAILED)
         if timer.kind == DLQ_RETRY:
             return job.state == FAILED and job.retained_seq == timer.token
         return True  # polls, WaitJob and retention decide when they fire

@@ -275,6 +275,9 @@ class LifecycleHandlers:
     def answer_job_waiters(self) -> None:
         """Answer WaitJob requests of the jobs that finished in this pass."""
         finished = self.state.finished
+        if not self.job_waiters:  # nobody waits (a drain may have finished a million jobs)
+            finished.clear()
+            return
         while finished:
             job = finished.pop()
             for session, req_id in self.job_waiters.pop(job.id, ()):

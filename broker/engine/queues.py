@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .model import COUNTED_STATES, READY_STATES, Job
+from .model import COUNTED_STATES, PRIORITIZED, READY_STATES, WAITING, Job
 
 if TYPE_CHECKING:
     from .deadlines import Retention
@@ -73,6 +73,8 @@ class QueueState:
     dead_letters: Retention | None = None
     tokens: float = 0.0
     tokens_at: float = 0.0
+    # Heap entries left stale by jobs that stopped being ready without being popped.
+    stale: int = 0
 
     def push_ready(self, job: Job, seq: int) -> None:
         """Put a ready job on the heap under a fresh sequence number."""
@@ -158,10 +160,21 @@ class QueueState:
 
     # -- housekeeping --------------------------------------------------------------------------
 
+    def compact_ready(self) -> list[tuple[Any, ...]]:
+        """Drop stale entries from the ready heap; returns the old heap, for the caller to let
+        go of when convenient (with no job ready, the scan is skipped)."""
+        old = self.ready
+        if self.counts[WAITING] + self.counts[PRIORITIZED]:
+            self.ready = [entry for entry in old if is_current(entry)]
+            heapq.heapify(self.ready)
+        else:
+            self.ready = []
+        self.stale = 0
+        return old
+
     def compact(self) -> None:
         """Drop stale entries from the ready heap and answered polls from the waiters."""
-        self.ready = [entry for entry in self.ready if is_current(entry)]
-        heapq.heapify(self.ready)
+        self.compact_ready()
         self.waiters = deque(w for w in self.waiters if not w.done and not w.session.closed)
         self.group_pending = {g: n for g, n in self.group_pending.items() if n}
         self.group_active = {g: n for g, n in self.group_active.items() if n}

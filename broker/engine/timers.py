@@ -31,6 +31,8 @@ class TimerWheel:
     def __init__(self) -> None:
         self._heap: list[Timer] = []
         self._seq = itertools.count()
+        # Timers known to be stale (their job was removed): see housekeeping.py.
+        self.stale = 0
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -39,10 +41,14 @@ class TimerWheel:
         """Arrange for (kind, target, token) to come out of `pop_due` once `at_ms` has passed."""
         heapq.heappush(self._heap, Timer(at_ms, next(self._seq), kind, target, token))
 
-    def compact(self, is_current: Any) -> None:
-        """Keep only the timers `is_current(timer)` approves (lazy deletion's bulk prune)."""
-        self._heap = [timer for timer in self._heap if is_current(timer)]
+    def compact(self, is_current: Any) -> list[Timer]:
+        """Keep only the timers `is_current(timer)` approves (lazy deletion's bulk prune);
+        returns the old heap, for the caller to let go of when convenient."""
+        old = self._heap
+        self._heap = [timer for timer in old if is_current(timer)]
         heapq.heapify(self._heap)
+        self.stale = 0
+        return old
 
     def next_deadline(self) -> float:
         """The earliest deadline, or inf when nothing is scheduled."""

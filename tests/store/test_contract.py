@@ -34,6 +34,13 @@ def test_commit_writes_replaces_and_deletes(store: Store) -> None:
     assert store.load() == [row("a", "active", b"\x81\xa1x\x01")]
 
 
+def test_scan_jobs_yields_every_row_one_at_a_time(store: Store) -> None:
+    store.commit([row("a"), row("b", "delayed")], [], sync=False)
+    scan = store.scan_jobs()
+    first = next(scan)
+    assert sorted([first, *scan]) == [row("a"), row("b", "delayed")]
+
+
 def test_deleting_an_unknown_id_is_not_an_error(store: Store) -> None:
     store.commit([], ["ghost"], sync=False)
     assert store.load() == []

@@ -1,0 +1,120 @@
+"""Housekeeping between passes: memory that removed jobs leave behind, and large removals.
+
+Removed jobs used to stay referenced by lazily deleted entries (the ready heap, the timer
+wheel, retention queues) until a manual CompactMemory. Now each structure counts the stale
+entries it is left with, and one whose stale entries pass half its size (and a floor) is
+compacted after the pass: O(size) work paid for by at least size/2 removals, so amortised O(1)
+per removal. Objects whose last reference a bulk removal drops (a million jobs) are parked in
+a graveyard and let go of in slices, so freeing them does not stall a pass either.
+
+A large removal (Drain, Obliterate, Clean, PurgeDlq of more than `PURGE_SLICE` stored jobs)
+is a `Purge`. The jobs leave the live state in the command's own pass (everyone sees them gone
+at once), and that pass commits a tombstone record listing their ids: the commit point. The
+reply goes out after that commit, like any other. The store rows are then deleted
+`PURGE_SLICE` at a time, one slice per later pass, with other connections' commands running in
+between; the last slice deletes the tombstone. All or nothing: a broker killed before the
+tombstone's commit stored none of it (and sent no reply); one killed after finds the tombstone
+at restart, skips the listed rows and finishes deleting them, so no half-drained queue ever
+comes back. Replying at the commit point rather than after the last slice keeps a
+connection's replies in order (a client without reqIds matches them by order) and holds no
+client up for the clean-up.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import attrs
+import msgspec
+
+from store import Record
+
+from .model import uuid7
+
+PURGE = "purge"
+PURGE_SLICE = 5_000
+"""Store rows deleted per pass by a large removal (SQLite: about 5 us a row)."""
+RELEASE_SLICE = 20_000
+"""Objects let go of per pass from the graveyard (about 1 us each for a job)."""
+MIN_STALE = 1_024
+"""Stale entries a structure may keep before it is compacted (small ones never are)."""
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(list[str]).decode
+_purge_numbers = itertools.count()
+
+
+def worth_compacting(stale: int, size: int) -> bool:
+    """Whether a lazily deleted structure with `stale` of `size` entries should be compacted:
+    over half of it is stale and either that is many entries or it is all of them (a queue
+    emptied job by job lets go of everything). The work is O(size), at most 2 * stale."""
+    return stale * 2 > size and (stale > MIN_STALE or stale >= size)
+
+
+@attrs.define(slots=True, eq=False)
+class Purge:
+    """A large removal whose store rows are still being deleted."""
+
+    key: str
+    ids: list[str]
+    pending: set[str]  # `ids` as a set: a push under one of them ends the purge at once
+
+    @classmethod
+    def new(cls, ids: list[str]) -> Purge:
+        """A purge of the rows of `ids`."""
+        key = f"{uuid7()}-{next(_purge_numbers)}"
+        return cls(key, ids, set(ids))
+
+    @classmethod
+    def resumed(cls, record: Record) -> Purge:
+        """A purge found in the store at restart: finish deleting its rows."""
+        ids = _decode(record.body)
+        return cls(record.key, ids, set(ids))
+
+    def tombstone(self) -> Record:
+        """The stored record listing every id this purge deletes."""
+        return Record(PURGE, self.key, _encode(self.ids))
+
+    def next_slice(self, size: int) -> list[str]:
+        """Take up to `size` ids still to delete from the store."""
+        ids = self.ids
+        chunk = ids[-size:]
+        del ids[-size:]
+        self.pending.difference_update(chunk)
+        return chunk
+
+
+def purged_ids(records: list[Record]) -> set[str]:
+    """The ids of every job a stored tombstone lists (skipped when loading the jobs)."""
+    ids: set[str] = set()
+    for record in records:
+        if record.kind == PURGE:
+            ids.update(_decode(record.body))
+    return ids
+
+
+class Graveyard:
+    """Objects whose release is spread over passes (their last references, held here)."""
+
+    def __init__(self) -> None:
+        self._lots: list[list[Any]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._lots)
+
+    def bury(self, objects: list[Any]) -> None:
+        """Hold `objects` (the caller gives the list up) until released in slices."""
+        if objects:
+            self._lots.append(objects)
+
+    def release(self, budget: int) -> None:
+        """Let go of up to `budget` objects."""
+        lots = self._lots
+        while lots and budget > 0:
+            lot = lots[-1]
+            taken = min(budget, len(lot))
+            del lot[-taken:]
+            budget -= taken
+            if not lot:
+                lots.pop()

@@ -1,0 +1,390 @@
+"""Issue 11: removed jobs free their memory, large removals run in slices, start-up order."""
+
+from __future__ import annotations
+
+import gc
+import socket
+import sys
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from broker.engine import actor as actor_module
+from broker.engine import state as state_module
+from broker.engine.housekeeping import PURGE, Purge
+from broker.engine.model import Job
+from broker.engine.records import job_to_row
+from store import JobRow, MemoryStore, Record, StoreError, open_sqlite
+from tests.conftest import EPOCH_MS, Connect, memory_connector
+from tests.engine.test_push_pull import push, state_of
+from tests.engine.test_restart import Broker
+from tests.support.client import FrameClient
+
+JOBS = 3000  # above the floor (MIN_STALE) under which nothing is compacted
+
+
+async def push_many(client: FrameClient, count: int, queue: str = "q", **fields: Any) -> list[str]:
+    ids: list[str] = []
+    while len(ids) < count:
+        batch = [{"data": {}, **fields} for _ in range(min(500, count - len(ids)))]
+        ids += (await client.call("PUSHB", queue=queue, jobs=batch))["ids"]
+    return ids
+
+
+def job_refs(app: App, ids: list[str]) -> list[weakref.ref[Job]]:
+    assert app.actor is not None
+    jobs = app.actor.engine.state.jobs
+    return [weakref.ref(jobs[job_id]) for job_id in ids]
+
+
+def alive(refs: list[weakref.ref[Job]]) -> int:
+    gc.collect()
+    return sum(ref() is not None for ref in refs)
+
+
+@pytest.mark.parametrize(
+    "removal",
+    [
+        {"cmd": "Drain", "queue": "q"},
+        {"cmd": "Obliterate", "queue": "q"},
+        {"cmd": "Clean", "queue": "q", "grace": 0, "limit": 10 * JOBS},
+    ],
+)
+async def test_removed_jobs_release_their_memory(
+    app: App, client: FrameClient, removal: dict[str, Any]
+) -> None:
+    ids = await push_many(client, JOBS)
+    ids += await push_many(client, JOBS, delay=3_600_000)
+    ids += await push_many(client, JOBS, ttl=3_600_000)
+    refs = job_refs(app, ids)
+    assert (await client.call(**removal))["ok"] is True
+    await trio.testing.wait_all_tasks_blocked()  # the housekeeping passes run meanwhile
+    assert alive(refs) == 0
+    assert app.actor is not None
+    state = app.actor.engine.state
+    assert len(state.wheel) < JOBS
+    assert all(len(queue.ready) < JOBS for queue in state.queues.values())
+
+
+async def test_jobs_cancelled_one_by_one_release_their_memory(
+    app: App, client: FrameClient
+) -> None:
+    ids = await push_many(client, JOBS)
+    ids += await push_many(client, JOBS, delay=3_600_000)
+    refs = job_refs(app, ids)
+    for start in range(0, len(ids), 500):
+        cancels = [
+            {"cmd": "Cancel", "id": job_id, "reqId": job_id} for job_id in ids[start : start + 500]
+        ]
+        await client.send(*cancels)
+        await client.receive_for(ids[start + 499])
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
+async def test_retention_lets_go_of_removed_finished_jobs(app: App, client: FrameClient) -> None:
+    ids = await push_many(client, JOBS)
+    for _ in range(JOBS // 500):
+        pulled = (await client.call("PULLB", queue="q", count=500))["jobs"]
+        await client.call("ACKB", ids=[job["id"] for job in pulled])
+    refs = job_refs(app, ids)
+    reply = await client.call("Clean", queue="q", grace=0, state="completed", limit=10 * JOBS)
+    assert reply["count"] == JOBS
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
+async def test_pull_after_a_drain_finds_new_jobs(client: FrameClient) -> None:
+    await push_many(client, JOBS)
+    await client.call("Drain", queue="q")
+    fresh = await push(client)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == fresh
+
+
+@pytest.fixture
+def small_slices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Large removals become purges from 10 jobs on, 10 rows a pass."""
+    monkeypatch.setattr(state_module, "PURGE_SLICE", 10)
+    yield
+
+
+async def test_large_drain_lets_other_clients_through(tmp_path: Path, small_slices: None) -> None:
+    broker = AppBroker(tmp_path)
+    store_rows = 0
+    async with broker.running() as connect:
+        worker, other = await connect(), await connect()
+        await push_many(worker, 1000)
+        kept = await push(worker, "other")
+        # Answered once the removal is committed (its tombstone), everyone sees it at once...
+        assert (await worker.call("Drain", queue="q"))["count"] == 1000
+        assert (await other.call("GetJobCounts", queue="q"))["counts"]["waiting"] == 0
+        # ...while the rows are still being deleted, ten a pass, between other commands.
+        store_rows = sum(len(purge.ids) for purge in engine_state(broker).purges)
+        await trio.testing.wait_all_tasks_blocked()
+    assert store_rows > 0
+    assert [row.id for row in open_rows(broker)] == [kept]
+
+
+def engine_state(broker: AppBroker) -> Any:
+    assert broker.app.actor is not None
+    return broker.app.actor.engine.state
+
+
+class AppBroker(Broker):
+    """`Broker` that keeps its running App at hand."""
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Connect]:
+        store = open_sqlite(self.path)
+        try:
+            async with trio.open_nursery() as nursery:
+                self.app = App(self.config, store=store, clock=self.clock)
+                await nursery.start(self.app.run)
+                yield memory_connector(self.app, nursery)
+                self.app.shutdown()
+        finally:
+            store.close()
+
+
+def open_rows(broker: Broker) -> list[JobRow]:
+    store = open_sqlite(broker.path)
+    try:
+        records = store.load_records()
+        assert [r for r in records if r.kind == PURGE] == []
+        return store.load()
+    finally:
+        store.close()
+
+
+def stored_job(job_id: str, queue: str = "q") -> JobRow:
+    job = Job(id=job_id, queue=queue, name="j", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
+    job.state = "waiting"
+    return job_to_row(job)
+
+
+async def start(nursery: trio.Nursery, store: MemoryStore) -> App:
+    app = App(Config(port=0, http_port=0), store=store, clock=Clock(EPOCH_MS))
+    await nursery.start(app.run)
+    return app
+
+
+async def test_restart_finishes_a_drain_cut_short(nursery: trio.Nursery) -> None:
+    # A broker killed mid-purge: the tombstone and half the rows were committed, half not.
+    store = MemoryStore()
+    drained = [f"d{n}" for n in range(20)]
+    for job_id in [*drained[10:], "kept"]:
+        store.rows[job_id] = stored_job(job_id)
+    tombstone = Purge.new(drained).tombstone()
+    store.records[(tombstone.kind, tombstone.key)] = tombstone
+    app = await start(nursery, store)
+    client = await memory_connector(app, nursery)()
+    assert [await state_of(client, job_id) for job_id in ("d15", "kept")] == ["unknown", "waiting"]
+    await trio.testing.wait_all_tasks_blocked()
+    assert sorted(store.rows) == ["kept"]
+    assert list(store.records) == []
+    app.shutdown()
+
+
+async def test_a_job_pushed_again_during_a_purge_survives_a_restart(
+    tmp_path: Path, small_slices: None
+) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        await push_many(client, 50)
+        reused = await push(client, jobId="custom-1")
+        await client.send({"cmd": "Drain", "queue": "q", "reqId": "drain"})
+        again = await push(client, jobId="custom-1", data={"n": 2})
+        assert again == reused
+        assert (await client.receive_for("drain"))["count"] == 51
+    async with broker.running() as connect:
+        client = await connect()
+        job = (await client.call("GetJob", id="custom-1"))["job"]
+        assert job["data"] == {"n": 2}
+
+
+async def test_get_jobs_returns_at_most_one_page(client: FrameClient) -> None:
+    from broker.engine.admin import MAX_PAGE
+
+    await push_many(client, MAX_PAGE + 5)
+    reply = await client.call("GetJobs", queue="q", state=["waiting"], limit=10**12)
+    assert len(reply["jobs"]) == MAX_PAGE
+    reply = await client.call("GetJobs", queue="q", state=["waiting"], limit=10, offset=MAX_PAGE)
+    assert len(reply["jobs"]) == 5
+
+
+async def test_dlq_lists_at_most_one_page(client: FrameClient) -> None:
+    from broker.engine.admin import MAX_PAGE
+
+    await push_many(client, MAX_PAGE + 5, maxAttempts=1)
+    for _ in range((MAX_PAGE + 5) // 500 + 1):
+        pulled = (await client.call("PULLB", queue="q", count=500))["jobs"]
+        for job in pulled:
+            await client.send({"cmd": "FAIL", "id": job["id"], "error": "x"})
+    assert (await client.call("GetJobCounts", queue="q"))["counts"]["failed"] == MAX_PAGE + 5
+    reply = await client.call("Dlq", queue="q", count=10**12)
+    assert len(reply["jobs"]) == MAX_PAGE
+
+
+class WatchedStore(MemoryStore):
+    """Notes, while the jobs load, whether the HTTP port is open and /ready says not ready."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.app: App | None = None
+        self.seen: list[tuple[bool, bool, bool]] = []
+
+    def scan_jobs(self) -> Iterator[JobRow]:
+        for row in super().scan_jobs():
+            app = self.app
+            assert app is not None and app.http is not None
+            self.seen.append((bool(app.http_listeners), app.http.ready, app.tcp is not None))
+            yield row
+
+
+async def test_http_port_opens_first_and_is_not_ready_while_loading(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(actor_module, "LOAD_SLICE", 1)
+    store = WatchedStore()
+    store.rows = {f"j{n}": stored_job(f"j{n}") for n in range(3)}
+    with socket.socket() as probe:  # a free port for the real HTTP listener
+        probe.bind(("127.0.0.1", 0))
+        http_port = probe.getsockname()[1]
+    config = Config(host="127.0.0.1", port=0, http_port=http_port)
+    app = App(config, store=store, clock=Clock(EPOCH_MS))
+    store.app = app
+    await nursery.start(app.run)
+    assert store.seen and all(seen[:2] == (True, False) for seen in store.seen)
+    assert app.http is not None and app.http.ready is True
+    client = await memory_connector(app, nursery)()
+    assert await state_of(client, "j1") == "waiting"
+    app.shutdown()
+
+
+async def test_restore_is_a_step_of_start_up_not_of_the_constructor() -> None:
+    from broker.engine.actor import EngineActor
+    from broker.engine.core import Engine
+
+    store = MemoryStore()
+    store.rows["j"] = stored_job("j")
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    assert actor.engine.state.jobs == {}
+    await actor.restore()
+    assert list(actor.engine.state.jobs) == ["j"]
+
+
+def test_tombstone_lists_ids() -> None:
+    record = Purge.new(["a", "b"]).tombstone()
+    assert isinstance(record, Record) and record.kind == PURGE
+    assert Purge.resumed(record).ids == ["a", "b"]
+
+
+async def test_a_job_removed_and_pushed_again_in_one_pass_is_stored(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    async with broker.running() as connect:
+        client = await connect()
+        await push(client, jobId="same", data={"n": 1})
+        await client.send(
+            {"cmd": "Cancel", "id": "same", "reqId": "cancel"},
+            {"cmd": "PUSH", "queue": "q", "jobId": "same", "data": {"n": 2}, "reqId": "again"},
+        )
+        assert (await client.receive_for("again"))["ok"] is True
+    async with broker.running() as connect:
+        client = await connect()
+        assert (await client.call("GetJob", id="same"))["job"]["data"] == {"n": 2}
+
+
+def test_restored_jobs_are_as_compact_as_pushed_ones() -> None:
+    # Loading a million jobs took 1,973 MiB against 1,026 for the same jobs pushed live: a
+    # restored job held lists (and its own copy of its queue's name) where a pushed one holds
+    # tuples (the empty one shared) and shared strings.
+    from broker.engine.records import job_from_row
+
+    live = [
+        Job(id=f"j{n}", queue="queue", name="mail", data=b"\x80", created_at=EPOCH_MS,
+            run_at=EPOCH_MS, timeline=("waiting", EPOCH_MS, None))
+        for n in range(2)
+    ]  # fmt: skip
+    first, second = (job_from_row(job_to_row(job))[0] for job in live)
+    for field in ("depends_on", "children_ids", "tags", "timeline"):
+        assert sys.getsizeof(getattr(first, field)) == sys.getsizeof(getattr(live[0], field))
+    assert first.queue is second.queue and first.name is second.name
+
+
+async def test_drain_of_mixed_jobs_settles_counts_and_keys(client: FrameClient) -> None:
+    unique = await push(client, jobId="u1", uniqueKey="k")
+    await push(client, groupId="g")
+    await push(client, delay=60_000, ttl=3_600_000)
+    await push(client, priority=3)
+    await push_many(client, 20)
+    assert (await client.call("Drain", queue="q"))["count"] == 24
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert all(count == 0 for count in counts.values())
+    assert await push(client, uniqueKey="k") != unique
+
+
+def test_an_older_shorter_row_still_loads_with_defaults() -> None:
+    import msgspec
+
+    from broker.engine.records import PERSISTED, job_from_row
+
+    job = Job(id="old", queue="q", name="n", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
+    full = msgspec.msgpack.decode(job_to_row(job).body)
+    short = full[: 2 + PERSISTED.index("tags")]  # a row written before `tags` existed
+    row = JobRow("old", "q", "waiting", msgspec.msgpack.encode(short))
+    loaded, held = job_from_row(row)
+    assert (loaded.id, loaded.queue, loaded.tags, held) == ("old", "q", (), False)
+    assert job_to_row(job_from_row(job_to_row(job))[0]) == job_to_row(job)
+
+
+class FailingStore(MemoryStore):
+    """Fails (as a full disk would: the broker stops) on the third commit after a tombstone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = True
+        self.left: int | None = None
+
+    def commit(self, upserts: Any, deletes: Any, *, sync: bool, **more: Any) -> None:
+        if self.armed and self.left == 0:
+            raise StoreError("disk gone")
+        super().commit(upserts, deletes, sync=sync, **more)
+        if self.left is not None:
+            self.left -= 1
+        elif any(key[0] == PURGE for key in self.records):
+            self.left = 2
+
+
+async def test_a_broker_stopped_mid_drain_drains_fully_at_restart(small_slices: None) -> None:
+    store = FailingStore()
+    with pytest.raises(ExceptionGroup) as stopped:
+        async with trio.open_nursery() as nursery:
+            app = await start(nursery, store)
+            client = await memory_connector(app, nursery)()
+            await push_many(client, 100)
+            kept = await push(client, "other")
+            await client.send({"cmd": "Drain", "queue": "q", "reqId": "drain"})
+            await client.receive_for("drain")
+            await trio.testing.wait_all_tasks_blocked()  # it stops while deleting the rows
+            app.shutdown()  # (not reached when it stopped)
+    assert stopped.group_contains(StoreError)  # type: ignore[attr-defined]
+    assert 1 < len(store.rows) < 101  # stopped half way: some rows deleted, not all
+    store.armed = False
+    async with trio.open_nursery() as nursery:
+        app = await start(nursery, store)
+        client = await memory_connector(app, nursery)()
+        assert (await client.call("GetJobCounts", queue="q"))["counts"]["waiting"] == 0
+        await trio.testing.wait_all_tasks_blocked()
+        assert list(store.rows) == [kept]
+        assert [key for key in store.records if key[0] == PURGE] == []
+        app.shutdown()
