@@ -285,7 +285,7 @@ class EngineActor:
     def _release(self) -> None:
         outbox = self.outbox
         for session in outbox:
-            session.release()
+            session.send_staged()
         outbox.clear()
         events = self.engine.state.events
         if events:  # committed: now subscribers and webhooks may hear of them

@@ -160,7 +160,7 @@ class AdminHandlers:
             for waiter in queue.waiters:
                 if not waiter.done and not waiter.session.closed:
                     waiter.done = True
-                    waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)  # type: ignore[attr-defined]
+                    waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)  # type: ignore[attr-defined]
         return self._answer_removal(removed, {"ok": True})
 
     def list_queues(self, session: Any, command: cmd.ListQueues, now: float) -> Reply:

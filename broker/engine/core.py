@@ -151,7 +151,7 @@ class Engine(
             log.exception("command %s failed", type(command).__name__)
             reply = {"ok": False, "error": "Internal server error"}
         if reply is not None:
-            session.reply(reply, command.reqId)
+            session.stage_reply(reply, command.reqId)
 
     def tick(self, now: float) -> None:
         """Fire due timers and answer long polls that can now be served or have timed out."""
@@ -179,7 +179,7 @@ class Engine(
             waiter = target
             if not waiter.done:
                 waiter.done = True
-                waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)
+                waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
                 # Answered polls leave the queue's deque from the front (timeouts expire
                 # roughly in arrival order), so an idle queue polled forever stays small.
                 drop_answered(self.state.queue(waiter.command.queue).waiters)
@@ -190,7 +190,6 @@ class Engine(
 
     def disconnect(self, session: Any, now: float) -> None:
         """A connection closed: release the jobs it pulled without a lease and did not settle."""
-        session.closed = True
         state = self.state
         for job_id in list(session.held):
             job = state.jobs.get(job_id)

@@ -281,7 +281,7 @@ class LifecycleHandlers:
         while finished:
             job = finished.pop()
             for session, req_id in self.job_waiters.pop(job.id, ()):
-                session.reply(finished_reply(job), req_id)
+                session.stage_reply(finished_reply(job), req_id)
 
     def wait_timed_out(self, target: tuple[str, Any, Any]) -> None:
         """A WaitJob's time is up: answer `completed: false` if it is still waiting."""
@@ -291,7 +291,7 @@ class LifecycleHandlers:
             waiting.remove((session, req_id))
             if not waiting:
                 del self.job_waiters[job_id]
-            session.reply({"ok": True, "completed": False}, req_id)
+            session.stage_reply({"ok": True, "completed": False}, req_id)
 
     # -- housekeeping --------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ class PullHandlers:
                 waiter = queue.waiters.popleft()
                 if not waiter.done and not waiter.session.closed:
                     waiter.done = True
-                    waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)
+                    waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
 
     def pull(self, session: Any, command: cmd.Pull, now: float) -> Reply | None:
         """PULL/PULLB: claim ready jobs now, or park until one arrives or the timeout passes."""
@@ -161,5 +161,5 @@ class PullHandlers:
                 waiters.appendleft(waiter)
                 break
             waiter.done = True
-            waiter.session.reply(self._pulled(waiter, jobs, tokens), waiter.req_id)
+            waiter.session.stage_reply(self._pulled(waiter, jobs, tokens), waiter.req_id)
         drop_answered(waiters)

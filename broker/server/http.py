@@ -6,9 +6,10 @@ read first, and an upgrade to `/ws` is handed to trio-websocket with those bytes
 REST commands go through the same validation and engine as TCP, so they answer the same way.
 
 Robustness is a property of the connection task, not of each handler: `serve_stream` contains
-every unexpected error of its connection (logged once with its traceback, then the connection
-is closed), and an error while answering one request is answered 500. Every wait on the client
-has a deadline (an idle keep-alive connection closes, a request's head and body must arrive in
+every unexpected error of its connection with the front door's `contain_failures` (logged once
+with its traceback, then the connection is closed; a store failure stops the broker, as on
+TCP), and an error while answering one request is answered 500. Every wait on the client has a
+deadline (an idle keep-alive connection closes, a request's head and body must arrive in
 time), and request bodies buffered across all connections share one byte budget.
 """
 
@@ -27,15 +28,15 @@ import trio
 import trio_websocket
 
 from protocol import Rejected
-from protocol import commands as cmd
+from store import StoreError
 
 from .. import __version__
 from ..engine.actor import EngineActor
 from ..metrics import CONTENT_TYPE, Metrics
+from .frontdoor import FrontDoor, bearer_authorized, contain_failures
 from .jsonwire import command_from, parse_json, reply_json
 from .routes import Request, build_message, match
 from .slots import call
-from .tcp import ping_reply, tokens_match
 from .websocket import ReplayStream, serve_websocket
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,11 @@ class HttpServer:
         self.ready = False
         self.budget = BodyBudget(MAX_BUFFERED_BODIES)
         self.websockets = 0
+        # REST commands pass the same front door as TCP frames (triage: a rejected command or
+        # a Ping is answered here). A request authenticates by its Bearer header, and an HTTP
+        # connection answers one request before it reads the next, so the door holds no
+        # per-connection state and one serves them all.
+        self.door = FrontDoor(tokens, actor.clock.now_ms, preauthenticated=True, events_local=False)
         # GET pages answered by the HTTP port itself (or from several commands).
         self._pages: dict[str, Callable[[], Awaitable[Answer]]] = {
             "/healthz": self._live,
@@ -134,11 +140,9 @@ class HttpServer:
         """One client connection: HTTP requests (keep-alive), or one WebSocket. Whatever goes
         wrong in it ends this connection only."""
         try:
-            await self._serve(stream)
-        except* PEER_GONE:
-            pass  # the client went away or spoke broken HTTP: nothing to tell it
-        except* Exception as failure:
-            log.error("HTTP connection failed; closing it", exc_info=failure)
+            # PEER_GONE: the client went away or spoke broken HTTP: nothing to tell it.
+            with contain_failures("HTTP connection", PEER_GONE):
+                await self._serve(stream)
         finally:
             await trio.aclose_forcefully(stream)
 
@@ -190,6 +194,8 @@ class HttpServer:
         """Route one request; an unexpected error in it is logged and answered 500."""
         try:
             return await self.respond(request, body)
+        except StoreError:
+            raise  # not this request's fault: the broker stops (fail-stop, EngineActor._commit)
         except Exception:
             log.exception("HTTP request %s %r failed", request.method, request.target)
             return error(500, "Internal server error")
@@ -243,12 +249,7 @@ class HttpServer:
         return 200, CONTENT_TYPE, self.metrics.render()
 
     def _authorized(self, request: h11.Request) -> bool:
-        if not self.tokens:
-            return True
-        for name, value in request.headers:
-            if name == b"authorization" and value.startswith(b"Bearer "):
-                return tokens_match(value[7:].decode("latin-1"), self.tokens)
-        return False
+        return bearer_authorized(request.headers, self.tokens)
 
     def _uptime_s(self) -> int:
         """Whole seconds since the broker started."""
@@ -300,7 +301,8 @@ class HttpServer:
         command = command_from({"cmd": "GetJobCounts", "queue": queue})
         if isinstance(command, Rejected):
             return error(400, command.error)
-        total = (await call(self.actor, command))["counts"].get("failed", 0)
+        reply: dict[str, Any] = await call(self.actor, command)
+        total = reply["counts"].get("failed", 0)
         return (
             200,
             JSON,
@@ -314,10 +316,9 @@ class HttpServer:
 
     async def _command(self, message: dict[str, Any], failure_status: int = 400) -> Answer:
         command = command_from(message)
-        if isinstance(command, Rejected):
-            return error(400, command.error)
-        if isinstance(command, cmd.Ping):  # answered by the front end, as on TCP
-            return 200, JSON, reply_json(ping_reply(self.actor.clock.now_ms()))
+        if self.door.is_local(command):  # a rejected command, or a Ping: as on TCP
+            reply = self.door.answer(command, trio.current_time()).reply  # HTTP has no reqId
+            return (200 if reply.get("ok") else 400), JSON, reply_json(reply)
         reply = await call(self.actor, command)
         return (200 if reply.get("ok") else failure_status), JSON, reply_json(reply)
 

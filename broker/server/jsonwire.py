@@ -1,4 +1,5 @@
-"""JSON for the HTTP and WebSocket front ends: requests in, replies out, never raising.
+"""The encodings of the HTTP and WebSocket front ends, all in one place: requests in, replies
+out, never raising.
 
 Requests: a JSON text becomes a command through the same decoder and validation as a TCP frame
 (`command_from`), and whatever JSON can express that MessagePack cannot (integers beyond 64
@@ -33,6 +34,7 @@ JS_UNDEFINED_EXT = 0
 UNSHOWABLE = b'{"ok":false,"error":"Reply cannot be shown as JSON"}'
 INVALID_JSON = "Invalid JSON body"
 NUMBER_TOO_LARGE = "Numbers must fit in 64 bits"
+INVALID_FORMAT = "Invalid command format"
 
 
 class JsonExt(msgspec.Struct, frozen=True, rename={"code": "$ext"}):
@@ -50,6 +52,7 @@ def _ext_hook(code: int, data: memoryview) -> Any:
 
 _to_msgpack = msgspec.msgpack.Encoder().encode
 _from_msgpack = msgspec.msgpack.Decoder(ext_hook=_ext_hook).decode
+_from_msgpack_plain = msgspec.msgpack.Decoder().decode
 _to_json = msgspec.json.Encoder().encode
 _from_json = msgspec.json.Decoder().decode
 
@@ -62,6 +65,33 @@ def parse_json(text: bytes | bytearray | str) -> Any:
         raise ValueError(INVALID_JSON) from exc
 
 
+def decode_message(message: str | bytes) -> Any:
+    """A WebSocket message as plain values: a binary message is MessagePack, a text one JSON.
+    Raises ValueError("Invalid command format") when it is neither."""
+    if isinstance(message, str):
+        try:
+            return parse_json(message)
+        except ValueError as exc:
+            raise ValueError(INVALID_FORMAT) from exc
+    try:
+        return _from_msgpack_plain(message)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ValueError(INVALID_FORMAT) from exc
+
+
+def encode_reply(reply: Any, binary: bool) -> str | bytes:
+    """A reply in the form of its request: MessagePack for binary, else JSON text."""
+    if binary:
+        return _to_msgpack(reply)
+    return reply_json(reply).decode()
+
+
+def msgpack_key(value: Any) -> bytes:
+    """`value` (any decoded value, hashable or not) as MessagePack bytes: a key to match a
+    reply's reqId with its request's."""
+    return _to_msgpack(value)
+
+
 def command_from(message: Any) -> Any:
     """The command a decoded JSON message stands for, validated as a TCP frame would be; a
     `Rejected` (never an exception) when it is not one."""
@@ -71,7 +101,7 @@ def command_from(message: Any) -> Any:
     except OverflowError:
         return Rejected(req_id, NUMBER_TOO_LARGE)
     except (TypeError, ValueError, RecursionError):
-        return Rejected(req_id, "Invalid command format")
+        return Rejected(req_id, INVALID_FORMAT)
     return decode_command(payload)
 
 

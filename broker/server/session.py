@@ -1,48 +1,49 @@
-"""A client session: what one connection owns, independent of the transport.
+"""A TCP client session: the connection's reply sink (`ReplySink`), independent of the socket.
 
-The engine answers by calling `reply`, which stages an encoded frame. Staged frames are released
-to the writer only by `release`, which the actor calls after the batch is committed, so a client
-never hears `ok` for a change that is not yet stored. Replies the connection makes itself (Hello,
-Ping, errors) are released at once.
+The engine answers by calling `stage_reply`, which stages an encoded frame. Staged frames are
+released to the writer only by `send_staged`, which the actor calls after the batch is
+committed, so a client never hears `ok` for a change that is not yet stored. Replies the front
+door makes itself (Hello, Ping, errors) are sent at once with `reply_now`.
 
-The in-flight count covers every command read and not yet answered on the wire, whether the
-engine or the connection answers it; the reader waits while it is at the limit, so a client that
-does not read its replies stops being read and the replies held for it stay bounded.
+Flow control is the front door's `InFlight` budget: every command read takes a slot until its
+reply is written, whether the engine or the connection answers it; the reader waits while it is
+full, so a client that does not read its replies stops being read and the replies held for it
+stay bounded.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
 
 import trio
 
 from protocol import append_frame
 
-MAX_IN_FLIGHT = 50
+from ..engine.sink import Reply, ReplySink
+from .frontdoor import InFlight
+
 _ids = itertools.count(1)
 
 
 class Session:
-    """One connection's state: auth, held jobs, staged and ready reply bytes, flow control."""
+    """One connection's reply sink: staged and ready reply bytes, and waiting for room."""
 
     def __init__(
         self,
-        outbox: set[Any],
+        outbox: set[ReplySink],
+        budget: InFlight,
         *,
-        authenticated: bool,
         direct_send: Callable[[bytearray], int] | None = None,
     ) -> None:
         self.id = next(_ids)
+        self.budget = budget
         self._outbox = outbox
         # A non-blocking send on the connection's socket, used when no write is in progress: the
         # common reply then goes out straight from the actor, saving a hop through the writer.
         self._direct_send = direct_send
-        self.authenticated = authenticated
-        self.closed = False
-        self.held: set[str] = set()
-        self.in_flight = 0
+        self._closed = False
+        self.held: set[str] = set()  # the engine's, for now (the jobs pulled without a lease)
         self._staged = bytearray()
         self._staged_count = 0
         self._ready = bytearray()
@@ -52,24 +53,33 @@ class Session:
         self._flushed_lot = trio.lowlevel.ParkingLot()
         self._writing = False
 
+    @property
+    def closed(self) -> bool:
+        """Whether the connection has ended (replies to it are dropped)."""
+        return self._closed
+
+    def close(self) -> None:
+        """The connection ended: drop whatever the engine still stages for it."""
+        self._closed = True
+
     # -- called by the engine (inside a batch) -------------------------------------------------
 
-    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
-        """Stage a reply; it reaches the client after the actor calls `release`."""
+    def stage_reply(self, reply: Reply, req_id: object) -> None:
+        """Stage a reply; it reaches the client after the actor calls `send_staged`."""
         if req_id is not None:
             reply["reqId"] = req_id
         append_frame(self._staged, reply)
         self._staged_count += 1
         self._outbox.add(self)
 
-    def release(self) -> None:
+    def send_staged(self) -> None:
         """Send staged replies: straight to the socket when it is idle, else via the writer."""
         staged = self._staged
         if not staged:
             return
         count = self._staged_count
         self._staged_count = 0
-        if self.closed:  # nobody to tell; the socket may already be gone
+        if self._closed:  # nobody to tell; the socket may already be gone
             staged.clear()
             return
         self._send(staged, count)
@@ -92,18 +102,18 @@ class Session:
 
     # -- called by the connection ---------------------------------------------------------------
 
-    def reply_now(self, reply: dict[str, Any], req_id: Any) -> None:
-        """Send a reply the connection made itself (no engine, nothing to commit). It takes an
-        in-flight slot like any reply, so unread local replies also stop the reader."""
+    def reply_now(self, reply: Reply, req_id: object) -> None:
+        """Send a reply the front door made (no engine, nothing to commit). It takes an in-flight
+        slot like any reply, so unread local replies also stop the reader."""
         if req_id is not None:
             reply["reqId"] = req_id
         data = bytearray()
         append_frame(data, reply)
-        self.in_flight += 1
+        self.budget.take()
         self._send(data, 1)
 
-    def send_event(self, message: dict[str, Any]) -> None:
-        """Send an event frame the client subscribed to. It answers no request, so it takes no
+    def send_event(self, message: Reply) -> None:
+        """Send an event frame the client subscribed to. It answers no request, so it holds no
         in-flight slot; the subscriber bounds its own backlog with `unsent_bytes`."""
         data = bytearray()
         append_frame(data, message)
@@ -113,15 +123,12 @@ class Session:
         """Reply bytes waiting for the writer (the client is not reading them yet)."""
         return len(self._ready)
 
-    def room(self) -> int:
-        """How many more commands may go to the engine now (0 or less: none)."""
-        return MAX_IN_FLIGHT - self.in_flight
-
     async def wait_capacity(self) -> int:
-        """Wait until another command may go to the engine; returns how many may."""
-        while self.room() <= 0:
+        """Wait until another command may be read; returns how many may."""
+        budget = self.budget
+        while budget.room() <= 0:
             await self._capacity_lot.park()
-        return self.room()
+        return budget.room()
 
     async def wait_output(self) -> tuple[bytes, int]:
         """Wait for reply bytes; returns them with the number of replies among them."""
@@ -135,18 +142,21 @@ class Session:
         return data, count
 
     async def wait_flushed(self) -> None:
-        """Wait until every command handed to the engine has been answered and written."""
-        while self._ready or self._writing or self.in_flight:
+        """Wait until every command read has been answered and written."""
+        while self._ready or self._writing or self.budget.count:
             await self._flushed_lot.park()
 
     def written(self, count: int) -> None:
-        """The writer sent `count` replies: free their in-flight slots."""
+        """The writer sent `count` replies: give back their in-flight slots."""
         self._writing = False
         # Each lot is checked first: this runs for every reply, and a lot with nobody parked
         # (the usual case) would still cost a call through Trio's KI protection.
         if count:
-            self.in_flight -= count
+            self.budget.count -= count
             if self._capacity_lot:
                 self._capacity_lot.unpark_all()
         if not self._ready and self._flushed_lot:
             self._flushed_lot.unpark_all()
+
+
+_SESSION_IS_A_SINK: type[ReplySink] = Session  # mypy checks that Session implements ReplySink

@@ -1,16 +1,16 @@
 """The TCP front end: one reader and one writer task per connection.
 
-The reader decodes every frame a read delivered, answers what the connection can answer alone
-(Hello, Ping, Auth, malformed frames), and hands the rest to the engine as one batch, at most 50
-commands in flight. The writer sends whatever replies are ready in one write. When the
-connection ends, the engine is told (shielded, so it happens even during cancellation) and
-releases the jobs this connection pulled without a lease.
+The reader decodes every frame a read delivered, asks the front door (frontdoor.py) what to do
+with each: what it answers itself (Hello, Ping, Auth, malformed frames) is sent at once, the rest
+goes to the engine as one batch, at most 50 commands in flight. The writer sends whatever
+replies are ready in one write. When the connection ends, the engine is told (shielded, so it
+happens even during cancellation) and releases the jobs this connection pulled without a
+lease.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import math
 import os
@@ -20,23 +20,19 @@ from typing import Any
 
 import trio
 
-from protocol import MAX_FRAME_SIZE, FrameDecoder, FrameTooLarge, Rejected, decode_command
+from protocol import MAX_FRAME_SIZE, FrameDecoder, FrameTooLarge, decode_command
 from protocol import commands as cmd
-from store import StoreError
 
-from .. import __version__
-from ..engine.actor import Batch, Disconnect, EngineActor
-from ..engine.errors import INVALID_TOKEN, NOT_AUTHENTICATED
+from ..engine.actor import Batch, EngineActor
 from ..events import Subscription, tcp_event_frame
+from .frontdoor import AUTH_TIMEOUT_S, FrontDoor, contain_failures
 from .guards import AuthThrottle, PartialFrameBudget
-from .session import MAX_IN_FLIGHT, Session
+from .session import Session
+from .slots import disconnect
 
 log = logging.getLogger(__name__)
 
-PROTOCOL_VERSION = 3
-CAPABILITIES = ["pipelining", "separate-job-name"]
 READ_SIZE = 256 * 1024
-DISCONNECT_TIMEOUT_S = 5
 # After the client stops sending, how long its last replies (not long polls) may take.
 FLUSH_GRACE_S = 1
 # A SubscribeEvents client this far behind in reading is disconnected (it resubscribes).
@@ -45,35 +41,12 @@ MAX_UNSENT_EVENT_BYTES = 4 * 1024 * 1024
 UNAUTHENTICATED_FRAME_LIMIT = 64 * 1024
 # A frame must be complete this long after its first byte (or the previous frame) arrived.
 PARTIAL_FRAME_TIMEOUT_S = 30
-MAX_AUTH_FAILURES = 3  # per connection; then it is closed
-AUTH_TIMEOUT_S = 30  # with tokens configured, a connection must authenticate this soon
 ACCEPT_BURST = 64  # connections accepted per turn of the accept loop
 SERVER_BUSY = "Server busy: too much unfinished frame data buffered"
 
 
-def tokens_match(presented: Any, configured: frozenset[str]) -> bool:
-    """Compare a presented token with every configured one in constant time."""
-    if not isinstance(presented, str) or not presented.strip():
-        return False
-    candidate = presented.strip().encode()
-    found = False
-    for token in configured:
-        found |= hmac.compare_digest(candidate, token.encode())
-    return found
-
-
 class EndConnection(Exception):
     """The connection must end (its reason, if the client should hear it, was already sent)."""
-
-
-LOCAL_COMMANDS = (
-    Rejected,
-    cmd.Auth,
-    cmd.Hello,
-    cmd.Ping,
-    cmd.SubscribeEvents,
-    cmd.UnsubscribeEvents,
-)
 
 
 class Connection:
@@ -91,13 +64,11 @@ class Connection:
         self.tokens = tokens
         self.guards = guards or Guards()
         self.peer = peer_address(stream)
-        self.session = Session(
-            actor.outbox, authenticated=not tokens, direct_send=direct_sender(stream)
-        )
+        self.door = FrontDoor(tokens, actor.clock.now_ms, throttle=self.guards.auth, peer=self.peer)
+        self.session = Session(actor.outbox, self.door.in_flight, direct_send=direct_sender(stream))
         # Until Auth succeeds only small frames are read: an anonymous client cannot make the
         # broker buffer a large one.
         self.decoder = FrameDecoder(MAX_FRAME_SIZE if not tokens else UNAUTHENTICATED_FRAME_LIMIT)
-        self.auth_failures = 0
         self._frame_deadline = math.inf
         self._nursery: trio.Nursery | None = None
         self.events: Subscription | None = None  # SubscribeEvents
@@ -109,7 +80,7 @@ class Connection:
                 self._nursery = nursery
                 nursery.start_soon(self._write_loop)
                 with trio.CancelScope() as reading, contextlib.suppress(EndConnection):
-                    if not self.session.authenticated:
+                    if not self.door.authenticated:
                         nursery.start_soon(self._require_auth_in_time, reading)
                     await self._read_loop()
                 with trio.move_on_after(FLUSH_GRACE_S):
@@ -118,20 +89,16 @@ class Connection:
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the peer went away; nothing to tell it
         finally:
-            self.session.closed = True
             self._end_events()
             self.guards.partial_frames.hold(self, 0)
-            with trio.move_on_after(DISCONNECT_TIMEOUT_S) as scope:
-                scope.shield = True
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await self.actor.inbox.send(Disconnect(self.session))  # engine may be gone
-                await trio.aclose_forcefully(self.stream)
+            await disconnect(self.actor, self.session)
+            await trio.aclose_forcefully(self.stream)
 
     async def _require_auth_in_time(self, reading: trio.CancelScope) -> None:
         """Stop reading from a client that has not authenticated within AUTH_TIMEOUT_S: an
         anonymous connection may not hold its socket (and its slot) for ever."""
         await trio.sleep(AUTH_TIMEOUT_S)
-        if not self.session.authenticated:
+        if self.door.must_close_unauthenticated():
             log.info("connection %s: no Auth within %s s; closed", self.session.id, AUTH_TIMEOUT_S)
             reading.cancel()
 
@@ -176,76 +143,53 @@ class Connection:
         """Answer local frames, hand the rest to the engine in batches. Every command (local or
         not) takes an in-flight slot until its reply is written, so a client that does not read
         its replies stops being read."""
-        session = self.session
-        commands: list[Any] = []
+        door, budget = self.door, self.door.in_flight
+        commands: list[object] = []
         for payload in payloads:
-            if session.in_flight + len(commands) >= MAX_IN_FLIGHT:
+            if budget.count + len(commands) >= budget.limit:
                 if commands:
                     await self._submit(commands)
                     commands = []
-                if session.room() <= 0:
-                    await session.wait_capacity()
+                if budget.room() <= 0:
+                    await self.session.wait_capacity()
             command = decode_command(payload)
-            if isinstance(command, LOCAL_COMMANDS) or not session.authenticated:
+            if door.is_local(command):
                 await self._answer(command)
             else:
                 commands.append(command)
         if commands:
             await self._submit(commands)
 
-    async def _submit(self, commands: list[Any]) -> None:
-        self.session.in_flight += len(commands)
+    async def _submit(self, commands: list[object]) -> None:
+        self.door.in_flight.take(len(commands))
         await self.actor.submit(Batch(self.session, commands))
 
-    async def _answer(self, command: Any) -> None:
-        """Answer a command the connection handles itself; before Auth, only Auth is heard."""
-        session = self.session
-        if isinstance(command, cmd.Auth):
-            await self._auth(command)
-        elif not session.authenticated:
-            req_id = command.req_id if isinstance(command, Rejected) else command.reqId
-            session.reply_now({"ok": False, "error": NOT_AUTHENTICATED}, req_id)
-        elif isinstance(command, Rejected):
-            session.reply_now({"ok": False, "error": command.error}, command.req_id)
-        elif isinstance(command, cmd.Hello):
-            session.reply_now(hello_reply(), command.reqId)
-        elif isinstance(command, cmd.SubscribeEvents | cmd.UnsubscribeEvents):
-            self._subscribe(command)
-        else:
-            session.reply_now(ping_reply(self.actor.clock.now_ms()), command.reqId)
-
-    async def _auth(self, command: cmd.Auth) -> None:
-        """Check a token. With tokens configured, a peer's repeated failures are answered ever
-        more slowly, and a connection is closed after its third."""
-        throttle = self.guards.auth
-        if self.tokens:
-            pause = throttle.delay(self.peer, trio.current_time())
-            if pause:
-                await trio.sleep(pause)
-        if tokens_match(command.token, self.tokens):
-            throttle.succeeded(self.peer)
-            self.session.authenticated = True
+    async def _answer(self, command: object) -> None:
+        """Send the front door's answer to a command the connection handles itself."""
+        pause = self.door.auth_pause(command, trio.current_time())
+        if pause:
+            await trio.sleep(pause)
+        local = self.door.answer(command, trio.current_time())
+        if self.door.authenticated:
             self.decoder.limit = MAX_FRAME_SIZE
-            self.session.reply_now({"ok": True}, command.reqId)
-            return
-        self.session.reply_now({"ok": False, "error": INVALID_TOKEN}, command.reqId)
-        if not self.tokens:
-            return  # nothing to guess
-        throttle.failed(self.peer, trio.current_time())
-        self.auth_failures += 1
-        if self.auth_failures >= MAX_AUTH_FAILURES:
+        if local.events is not None:
+            self._subscribe(local.events)
+        self.session.reply_now(local.reply, local.req_id)
+        if local.close:
             log.info(
-                "connection %s: %d failed Auth attempts; closed", self.session.id, MAX_AUTH_FAILURES
+                "connection %s: %d failed Auth attempts; closed",
+                self.session.id,
+                self.door.auth_failures,
             )
             raise EndConnection
 
     def _subscribe(self, command: cmd.SubscribeEvents | cmd.UnsubscribeEvents) -> None:
-        """SubscribeEvents/UnsubscribeEvents: answered here, like Ping (no engine state)."""
+        """SubscribeEvents/UnsubscribeEvents (answered by the front door, like Ping): events
+        are forwarded on this connection until it unsubscribes or closes."""
         self._end_events()
         if isinstance(command, cmd.SubscribeEvents) and self._nursery is not None:
             self.events = self.actor.bus.subscribe(["job:*"], command.queue)
             self._nursery.start_soon(self._forward_events, self.events)
-        self.session.reply_now({"ok": True}, command.reqId)
 
     def _end_events(self) -> None:
         if self.events is not None:
@@ -290,13 +234,6 @@ def peer_address(stream: trio.abc.Stream) -> Any:
         return stream.socket.getpeername()[0]
     except (OSError, IndexError, TypeError):
         return None
-
-
-def holds(exc: BaseException, kind: type[BaseException]) -> bool:
-    """Whether `exc` is, or is a group holding, an exception of `kind`."""
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.subgroup(kind) is not None
-    return isinstance(exc, kind)
 
 
 def direct_sender(stream: trio.abc.Stream) -> Callable[[bytearray], int] | None:
@@ -345,23 +282,6 @@ def direct_receiver(stream: trio.abc.Stream) -> Callable[[int], Awaitable[bytes]
     return receive
 
 
-def hello_reply() -> dict[str, Any]:
-    """The Hello answer: protocol 3 with pipelining and a separate job name."""
-    return {
-        "ok": True,
-        "protocolVersion": PROTOCOL_VERSION,
-        "capabilities": CAPABILITIES,
-        "server": "trioq",
-        "version": __version__,
-    }
-
-
-def ping_reply(now_ms: float) -> dict[str, Any]:
-    """The Ping answer. The time is a float: as a 64-bit integer, msgpackr (the official
-    client) would decode it as a BigInt, which JSON.stringify refuses."""
-    return {"ok": True, "data": {"pong": True, "time": float(int(now_ms))}}
-
-
 class TcpServer:
     """Accepts connections and serves each one in its own task, with a staged shutdown."""
 
@@ -395,13 +315,10 @@ class TcpServer:
         connection = Connection(stream, self.actor, self.tokens, self.guards)
         self.connections.add(connection)
         try:
-            await connection.serve()
-        except Exception as exc:
-            if holds(exc, StoreError):
-                raise  # the store failed: the broker stops (fail-stop), see EngineActor._commit
             # A bug met while serving this client costs this connection only (serve() has
             # already closed it); the broker and the other connections go on.
-            log.exception("connection %s failed and was closed", connection.session.id)
+            with contain_failures(f"connection {connection.session.id}", ()):
+                await connection.serve()
         finally:
             self.connections.discard(connection)
 

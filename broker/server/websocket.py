@@ -6,53 +6,39 @@ A reply takes the form of its request (text or binary). Events go out as JSON te
 told why (`subscription:dropped`) and disconnected. Jobs pulled over a WebSocket without a
 lease go back to waiting when it closes, as over TCP.
 
-Like a TCP connection, at most 50 commands are in flight per socket (a client that does not
-read stops being read), and `Auth` checks its token as TCP does. JSON goes through jsonwire,
-so no value a client sends or a job holds can make the encoder or decoder raise; anything
-else unexpected ends this connection (the HTTP server logs it), never the broker.
+Every message goes through the front door (frontdoor.py) as a TCP frame does: the same triage,
+the same `Auth` check, the same in-flight budget (at most 50 messages read and not yet answered
+on the wire, whoever answers them; a client that does not read stops being read). Encodings go
+through jsonwire, so no value a client sends or a job holds can make the encoder or decoder
+raise; anything else unexpected ends this connection (the HTTP server logs it), never the
+broker.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 
-import msgspec
 import trio
 import trio_websocket
 
-from protocol import Rejected
-from protocol import commands as cmd
-
-from ..engine.actor import Batch, Disconnect, EngineActor
-from ..engine.errors import INVALID_TOKEN
+from ..engine.actor import Batch, EngineActor
 from ..events import EVENT_TYPES, Subscription
-from .jsonwire import command_from, parse_json, reply_json
-from .slots import StreamSession
-from .tcp import hello_reply, ping_reply, tokens_match
+from .frontdoor import FrontDoor, bearer_authorized
+from .jsonwire import (
+    INVALID_FORMAT,
+    command_from,
+    decode_message,
+    encode_reply,
+    msgpack_key,
+    reply_json,
+)
+from .slots import StreamSession, disconnect
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 1024 * 1024
-_to_msgpack = msgspec.msgpack.Encoder().encode
-_from_msgpack = msgspec.msgpack.Decoder().decode
 VALID_PATTERNS = {"*", "job:*", *(f"job:{kind}" for kind in EVENT_TYPES)}
-
-
-def _decode(message: str | bytes) -> Any:
-    """A binary message is MessagePack, a text one JSON; ValueError when it is neither."""
-    if isinstance(message, str):
-        return parse_json(message)
-    try:
-        return _from_msgpack(message)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise ValueError("Invalid command format") from exc
-
-
-def _req_id(command: Any) -> Any:
-    """The reqId a command (or a rejected message) carried."""
-    return command.req_id if isinstance(command, Rejected) else getattr(command, "reqId", None)
 
 
 class ReplayStream(trio.abc.Stream):
@@ -84,12 +70,7 @@ class ReplayStream(trio.abc.Stream):
 
 def authorized(request: trio_websocket.WebSocketRequest, tokens: frozenset[str]) -> bool:
     """A WebSocket is authorized by its upgrade request's `Authorization: Bearer` header."""
-    if not tokens:
-        return True
-    for name, value in request.headers:
-        if name.lower() == b"authorization" and value.startswith(b"Bearer "):
-            return tokens_match(value[7:].decode("latin-1"), tokens)
-    return False
+    return bearer_authorized(request.headers, tokens)
 
 
 async def serve_websocket(stream: trio.abc.Stream, actor: EngineActor, tokens: frozenset[str]):
@@ -118,7 +99,10 @@ class WebSocketClient:
         self.socket = socket
         self.actor = actor
         self.tokens = tokens
-        self.session = StreamSession(actor.outbox)
+        # The upgrade's Bearer header admitted this socket; an Auth command is answered as on
+        # TCP. SubscribeEvents goes to the engine, which points to `Subscribe`.
+        self.door = FrontDoor(tokens, actor.clock.now_ms, preauthenticated=True, events_local=False)
+        self.session = StreamSession(actor.outbox, self.door.in_flight)
         # The reqIds (as MessagePack: any value, hashable) of requests sent as binary.
         self.binary_requests: set[bytes] = set()
         self.subscription: Subscription | None = None
@@ -134,50 +118,35 @@ class WebSocketClient:
         except* trio_websocket.ConnectionClosed:
             pass
         finally:
-            self.session.closed = True
             self._unsubscribe()
-            with trio.move_on_after(5) as scope, contextlib.suppress(trio.BrokenResourceError):
-                scope.shield = True
-                await self.actor.inbox.send(Disconnect(self.session))
+            await disconnect(self.actor, self.session)
 
     async def _read_commands(self, nursery: trio.Nursery) -> None:
         while True:
             message = await self.socket.get_message()
+            # Every message read takes an in-flight slot until its reply is written, whoever
+            # answers it (the slot of one answered here is given back once it is sent).
+            await self.session.wait_capacity()
             binary = isinstance(message, bytes)
             try:
-                decoded = _decode(message)
+                decoded = decode_message(message)
             except ValueError:
-                await self._send({"ok": False, "error": "Invalid command format"}, binary)
+                await self._send_local({"ok": False, "error": INVALID_FORMAT}, binary)
                 continue
             req_id = decoded.get("reqId") if isinstance(decoded, dict) else None
             name = decoded.get("cmd") if isinstance(decoded, dict) else None
             if name in ("Subscribe", "Unsubscribe"):
-                await self._send(self._subscription_command(decoded, nursery), binary, req_id)
+                reply = self._subscription_command(decoded, nursery)
+                await self._send_local(reply, binary, req_id)
                 continue
             command = command_from(decoded)
-            local = self._local_reply(command)
-            if local is not None:
-                await self._send(local, binary, _req_id(command))
+            if self.door.is_local(command):
+                local = self.door.answer(command, trio.current_time())
+                await self._send_local(local.reply, binary, local.req_id)
                 continue
-            await self.session.wait_capacity()
             if binary:
-                self.binary_requests.add(_to_msgpack(req_id))
+                self.binary_requests.add(msgpack_key(req_id))
             await self.actor.submit(Batch(self.session, [command]))
-
-    def _local_reply(self, command: Any) -> dict[str, Any] | None:
-        """The reply to a command this connection answers itself (as TCP does), else None."""
-        if isinstance(command, Rejected):
-            return {"ok": False, "error": command.error}
-        if isinstance(command, cmd.Hello):
-            return hello_reply()
-        if isinstance(command, cmd.Ping):
-            return ping_reply(self.actor.clock.now_ms())
-        if isinstance(command, cmd.Auth):
-            # The upgrade's Bearer header already admitted this socket; Auth answers as on TCP.
-            if tokens_match(command.token, self.tokens):
-                return {"ok": True}
-            return {"ok": False, "error": INVALID_TOKEN}
-        return None
 
     def _subscription_command(self, message: dict[str, Any], nursery: trio.Nursery) -> dict:
         if message.get("cmd") == "Unsubscribe":
@@ -217,17 +186,18 @@ class WebSocketClient:
         session = self.session
         while True:
             reply = await session.next_reply()
-            req_id = reply.get("reqId")
-            key = _to_msgpack(req_id)
+            key = msgpack_key(reply.get("reqId"))
             binary = key in self.binary_requests
             self.binary_requests.discard(key)
             await self._send(reply, binary)
             session.written()
 
-    async def _send(self, reply: dict[str, Any], binary: bool, req_id: Any = None) -> None:
+    async def _send_local(self, reply: dict[str, Any], binary: bool, req_id: Any = None) -> None:
+        """Send a reply made here (not by the engine) and give back its in-flight slot."""
         if req_id is not None:
             reply["reqId"] = req_id
-        if binary:
-            await self.socket.send_message(_to_msgpack(reply))
-        else:
-            await self.socket.send_message(reply_json(reply).decode())
+        await self._send(reply, binary)
+        self.session.written()
+
+    async def _send(self, reply: dict[str, Any], binary: bool) -> None:
+        await self.socket.send_message(encode_reply(reply, binary))

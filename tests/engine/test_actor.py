@@ -26,11 +26,11 @@ class RecordingSession:
         self.replies: list[dict[str, Any]] = []
         self._outbox = outbox
 
-    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
+    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
         self.replies.append(msgspec.msgpack.decode(msgspec.msgpack.encode(reply)))  # as sent
         self._outbox.add(self)
 
-    def release(self) -> None:
+    def send_staged(self) -> None:
         pass
 
 

@@ -56,11 +56,11 @@ class LoggingSession:
         self.log = log
         self._outbox = outbox
 
-    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
+    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
         self.staged.append(reply)
         self._outbox.add(self)
 
-    def release(self) -> None:
+    def send_staged(self) -> None:
         if self.staged:
             self.log.append("reply")
             self.staged.clear()

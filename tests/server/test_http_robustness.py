@@ -4,18 +4,23 @@ slow clients, and the shared budget for buffered request bodies."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 
+import h11
 import msgspec
 import pytest
 import trio
 import trio.testing
 
 from broker.app import App
+from broker.clock import Clock
 from broker.config import Config
 from broker.server import http as http_module
-from tests.conftest import Connect, start_app
+from store import StoreError
+from tests.conftest import EPOCH_MS, Connect, start_app
+from tests.engine.test_guarantees import FailingStore
 from tests.server.test_http import http
 from tests.server.test_http_routes import exchange, get
 
@@ -205,3 +210,27 @@ async def test_a_body_declared_too_large_is_413_before_reading_it(
     assert raw.startswith(b"HTTP/1.1 413 Content Too Large\r\n") or raw.startswith(
         b"HTTP/1.1 413 Request Entity Too Large\r\n"
     )
+
+
+async def test_a_store_failure_met_by_an_http_request_stops_the_broker(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # As on TCP (fail-stop): a commit that fails while an HTTP request runs its command is not
+    # contained like a bug of that connection; the client is never told `ok`.
+    store = FailingStore()
+    answers: list[tuple[int, str, bytes]] = []
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(StoreError, match="disk full"), flatten_subgroups=True
+    ):
+        async with trio.open_nursery() as nursery:
+            app = App(Config(port=0, http_port=0), store=store, clock=Clock(EPOCH_MS))
+            await nursery.start(app.run)
+            answers.append(await http(app, nursery, "POST", "/queues/q/jobs", {"data": 1}))
+            store.broken = True
+            # The broker stops (cancelling this), or its connection closes unanswered; under
+            # MockClock a broker that carries on fails the test at once.
+            with contextlib.suppress(h11.RemoteProtocolError), trio.fail_after(60):
+                answers.append(await http(app, nursery, "POST", "/queues/q/jobs", {"data": 2}))
+                await trio.sleep_forever()
+    assert [status for status, _, _ in answers] == [200]
+    assert len(store.rows) == 1  # only the job whose push was answered

@@ -13,7 +13,7 @@ import trio.testing
 
 from broker.app import App
 from broker.config import Config
-from broker.server import tcp
+from broker.server import frontdoor
 from broker.server.guards import AuthThrottle
 from protocol import frame
 from tests.conftest import Connect, memory_connector, start_app
@@ -63,7 +63,7 @@ async def test_a_bug_while_serving_closes_that_connection_only(
     def broken() -> dict[str, Any]:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(tcp, "hello_reply", broken)
+    monkeypatch.setattr(frontdoor, "hello_reply", broken)
     victim, bystander = await connect(), await connect()
     await victim.send({"cmd": "Hello"})
     assert await closed_by_server(victim)

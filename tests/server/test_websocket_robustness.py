@@ -13,8 +13,8 @@ import trio_websocket
 
 from broker.app import App
 from broker.config import Config
+from broker.server import frontdoor
 from broker.server import http as http_module
-from broker.server import websocket as websocket_module
 from tests.conftest import Connect, start_app
 from tests.server.test_http import http
 from tests.server.test_http_robustness import ODD_AS_JSON, ODD_DATA, frame_with_raw
@@ -60,6 +60,24 @@ async def test_a_client_that_does_not_read_stops_being_read(
     await socket.aclose()
 
 
+async def test_a_ping_waits_behind_50_unanswered_commands_as_on_tcp(
+    app: App, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    # One budget per connection, whoever answers: 50 parked long polls fill it, so even a
+    # message the connection answers itself is not read until one of them is answered.
+    socket = await ws_connect(app, nursery)
+    for i in range(50):
+        await socket.send_message(
+            json.dumps({"cmd": "PULL", "queue": "empty", "timeout": 5000, "reqId": i})
+        )
+    await socket.send_message(json.dumps({"cmd": "Ping", "reqId": "ping"}))
+    first = json.loads(await socket.get_message())
+    assert first["reqId"] != "ping" and first["job"] is None  # a poll timed out first
+    replies = [json.loads(await socket.get_message()) for _ in range(50)]
+    assert [reply["reqId"] for reply in replies].count("ping") == 1
+    await socket.aclose()
+
+
 async def test_values_json_cannot_hold_are_shown(
     app: App, nursery: trio.Nursery, connect: Connect
 ) -> None:
@@ -102,11 +120,11 @@ async def test_an_unexpected_error_closes_only_that_socket(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def broken(self: object, command: object) -> None:
+    def broken(now_ms: float) -> None:
         raise RuntimeError("boom")
 
     socket = await ws_connect(app, nursery)
-    monkeypatch.setattr(websocket_module.WebSocketClient, "_local_reply", broken)
+    monkeypatch.setattr(frontdoor, "ping_reply", broken)
     with caplog.at_level(logging.ERROR):
         await socket.send_message('{"cmd": "Ping"}')
         with pytest.raises(trio_websocket.ConnectionClosed):
