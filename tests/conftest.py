@@ -1,9 +1,11 @@
-"""Shared fixtures: an in-process broker on memory streams, and a real one in a subprocess."""
+"""Shared fixtures: an in-process broker on memory streams, a real one in a subprocess, and the
+session's private PostgreSQL server (started on first use, one per test session)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import select
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
 from tests.support.client import FrameClient
+from tests.support.postgres import PrivateServer, start_private_server
 
 EPOCH_MS = 1_800_000_000_000.0
 START_TIMEOUT_S = 20.0  # a broker that never starts fails the tests that need it
@@ -122,3 +125,25 @@ def broker_address() -> Iterator[tuple[str, int]]:
         process.wait(timeout=10)
         if process.stdout is not None:
             process.stdout.close()
+
+
+_schemas = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PrivateServer]:
+    """The session's private PostgreSQL server (tests may stop, kill and restart it, and must
+    leave it running)."""
+    server = start_private_server()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def pg_schema(postgres_server: PrivateServer) -> str:
+    """A schema name no other test of the session uses, so tests do not see each other."""
+    if not postgres_server.running():  # a test that stopped it failed before restarting it
+        postgres_server.start()
+    return f"t{next(_schemas)}"
