@@ -20,6 +20,7 @@ import trio.testing
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
+from store import Store, open_postgres, open_sqlite
 from tests.support.client import FrameClient
 from tests.support.postgres import PrivateServer, start_private_server
 
@@ -31,6 +32,8 @@ TRIO_TEST_TIMEOUT_S = 60.0
 everything else: its signal method breaks a Trio run, so it ends the whole run instead."""
 
 Connect = Callable[[], Awaitable[FrameClient]]
+StoreFactory = Callable[[], Store]
+"""Opens one broker's durable store, again after each close (a restart)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -147,3 +150,21 @@ def pg_schema(postgres_server: PrivateServer) -> str:
     if not postgres_server.running():  # a test that stopped it failed before restarting it
         postgres_server.start()
     return f"t{next(_schemas)}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_factory(request: pytest.FixtureRequest, tmp_path: Any) -> StoreFactory:
+    """Each durable backend in turn: SQLite in a file of this test, or PostgreSQL in a schema
+    of this test (the store opened holds the schema's lease, as a broker's does)."""
+    if request.param == "sqlite":
+        path = str(tmp_path / "trioq.db")
+        return lambda: open_sqlite(path)
+    url = request.getfixturevalue("postgres_server").url
+    schema = request.getfixturevalue("pg_schema")
+
+    def open_leading_postgres() -> Store:
+        store = open_postgres(url, schema)
+        assert store.acquire_lease(), "the previous store did not let go of the lease"
+        return store
+
+    return open_leading_postgres
