@@ -66,7 +66,7 @@ CREATE TABLE IF NOT EXISTS {s}.lease (
     address    text,
     expires_at timestamptz NOT NULL
 );
-INSERT INTO {s}.lease VALUES (1, 0, NULL, NULL, '-infinity') ON CONFLICT DO NOTHING;
+INSERT INTO {s}.lease VALUES (1, 0, NULL, NULL, 'epoch') ON CONFLICT DO NOTHING;
 CREATE OR REPLACE FUNCTION {s}.commit_pass(
     p_epoch bigint,
     ids text[], queues text[], states text[], priorities float8[], run_ats float8[],

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+import trio
 
+from broker.app import keep_lease
 from store import JobRow, LeaseLost, StoreError, StoreUnavailable, open_postgres
 from store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.support.postgres import PrivateServer
@@ -110,6 +112,7 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
 
 def test_a_store_without_the_lease_cannot_write(postgres_server, pg_schema, stores, sql) -> None:
     store = open_store(postgres_server, pg_schema, stores)
+    assert store.lease().holder is None  # a new schema's lease is free
     with pytest.raises(LeaseLost):
         store.commit([job("a")], [], sync=False)
     assert stored_ids(sql, pg_schema) == []
@@ -210,3 +213,20 @@ def test_committed_rows_survive_a_database_crash(postgres_server, pg_schema, sto
         store.commit([job("c")], ["a"], sync=False)
     store.commit([job("c")], ["a"], sync=False)
     assert sorted(r.id for r in store.load()) == ["b", "c"]
+
+
+async def test_the_broker_stops_when_its_lease_is_taken(
+    postgres_server, pg_schema, stores, sql, autojump_clock
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores)
+    assert store.acquire_lease()
+    await keep_lease_for(store, renewals=3)  # renewing quietly while it holds the lease
+    sql.execute(f"UPDATE {pg_schema}.lease SET epoch = epoch + 1, holder = 'another'")
+    with pytest.raises(LeaseLost):
+        await keep_lease_for(store, renewals=1)
+
+
+async def keep_lease_for(store: PostgresStore, renewals: int) -> None:
+    """Run the broker's lease keeper for `renewals` renewal periods (plus a little)."""
+    with trio.move_on_after(store.lease_ttl_s / 3 * (renewals + 0.5)):
+        await keep_lease(store)
