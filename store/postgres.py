@@ -68,7 +68,7 @@ CREATE TABLE IF NOT EXISTS {s}.lease (
 );
 INSERT INTO {s}.lease VALUES (1, 0, NULL, NULL, 'epoch') ON CONFLICT DO NOTHING;
 CREATE OR REPLACE FUNCTION {s}.commit_pass(
-    p_epoch bigint,
+    p_epoch bigint, p_sync boolean,
     ids text[], queues text[], states text[], priorities float8[], run_ats float8[],
     created_ats float8[], attempts integer[], bodies bytea[],
     deleted text[],
@@ -82,6 +82,9 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'lease lost: epoch % is no longer current', p_epoch
             USING ERRCODE = 'TQ001';
+    END IF;
+    IF NOT p_sync THEN  -- as SQLite's synchronous=NORMAL: no wait for the WAL flush
+        PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
     IF cardinality(ids) > 0 THEN
         INSERT INTO {s}.jobs AS j (id, queue, state, priority, run_at, created_at, attempts, body)
@@ -109,7 +112,7 @@ END
 $fn$;
 """
 
-COMMIT = "SELECT {s}.commit_pass(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+COMMIT = "SELECT {s}.commit_pass(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 SELECT_JOBS = "SELECT id, queue, state, body FROM {s}.jobs"
 SELECT_RECORDS = "SELECT kind, key, body FROM {s}.records"
 TAKE_LEASE = """
@@ -359,15 +362,18 @@ class PostgresStore:
         record_deletes: Collection[tuple[str, str]] = (),
     ) -> None:
         """Write and delete in one transaction, in one round trip, if this store still holds
-        the lease. Every commit waits for the server's WAL flush (synchronous_commit as the
-        server sets it, on by default), so `sync` changes nothing here: an acknowledged job
-        survives a crash of the database too. Raises LeaseLost, StoreUnavailable or
-        StoreError."""
+        the lease; raises LeaseLost, StoreUnavailable or StoreError.
+
+        With `sync` the server flushes its WAL before answering (synchronous_commit as the
+        server sets it, on by default): the commit survives a crash of the database server or
+        its machine. Without it, synchronous_commit is off for this transaction, as SQLite's
+        synchronous=NORMAL: committed once the server has it, so it survives a crash of the
+        broker, but a crash of the database may lose the last fraction of a second."""
         if self.epoch is None:
             raise self._lost("this store holds no lease" if not self._fenced else "fenced")
-        params = [self.epoch, *_job_columns(upserts), list(deletes), *_record_columns(records)]
-        kinds = [kind for kind, _ in record_deletes]
-        params += [kinds, [key for _, key in record_deletes]]
+        params = [self.epoch, sync, *_job_columns(upserts), list(deletes)]
+        params += _record_columns(records)
+        params += [[kind for kind, _ in record_deletes], [key for _, key in record_deletes]]
         try:
             self._connection().execute(self._sql["commit"], params, prepare=True)
         except psycopg.Error as exc:

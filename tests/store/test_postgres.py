@@ -203,16 +203,26 @@ def test_a_database_restart_is_survived_by_reconnecting(
     assert sorted(r.id for r in store.load()) == ["a", "b"]
 
 
-def test_committed_rows_survive_a_database_crash(postgres_server, pg_schema, stores) -> None:
+def test_sync_commits_survive_a_database_crash(postgres_server, pg_schema, stores) -> None:
     store = open_store(postgres_server, pg_schema, stores)
     assert store.acquire_lease()
-    store.commit([job("a"), job("b")], [], sync=False)
+    store.commit([job("a"), job("b")], [], sync=True)
     postgres_server.kill()
     postgres_server.start()
     with pytest.raises(StoreUnavailable):  # the old connection died with the server
         store.commit([job("c")], ["a"], sync=False)
-    store.commit([job("c")], ["a"], sync=False)
+    store.commit([job("c")], ["a"], sync=True)
     assert sorted(r.id for r in store.load()) == ["b", "c"]
+
+
+def test_a_plain_commit_turns_the_wal_flush_off_for_itself_only(
+    postgres_server, pg_schema, stores
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores)
+    assert store.acquire_lease()
+    store.commit([job("plain")], [], sync=False)
+    setting = store._connection().execute("SHOW synchronous_commit").fetchone()
+    assert setting == ("on",)  # the next sync commit waits for the flush again
 
 
 async def test_the_broker_stops_when_its_lease_is_taken(
