@@ -17,8 +17,9 @@ class LeaseLost(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """The database could not be reached (a connection-level failure); nothing is known to be
-    written. The same commit may be retried: the store reconnects on its next call."""
+    """The database could not be reached (a connection-level failure). A failed commit may or
+    may not have been applied (the answer was lost); retrying the same commit is safe, as its
+    writes are idempotent. The store reconnects on its next call."""
 
 
 class JobRow(NamedTuple):
