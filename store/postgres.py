@@ -112,7 +112,13 @@ END
 $fn$;
 """
 
-COMMIT = "SELECT {s}.commit_pass(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+# Binary parameters (%b): in text format psycopg hex-escapes every bytea of the body array,
+# measured 1.1 ms of a 100-row commit's 1.8 ms round trip; in binary the whole array took 86 us.
+COMMIT = """
+SELECT {s}.commit_pass(%b::bigint, %b::boolean,
+    %b::text[], %b::text[], %b::text[], %b::float8[], %b::float8[], %b::float8[], %b::int4[],
+    %b::bytea[], %b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], %b::text[])
+"""
 SELECT_JOBS = "SELECT id, queue, state, body FROM {s}.jobs"
 SELECT_RECORDS = "SELECT kind, key, body FROM {s}.records"
 TAKE_LEASE = """
