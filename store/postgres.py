@@ -223,6 +223,8 @@ class PostgresStore:
     def _fail(self, exc: psycopg.Error) -> StoreError:
         """The StoreError for a psycopg failure: unavailable when the connection broke."""
         conn = self._conn
+        if isinstance(exc, psycopg.errors.LockNotAvailable):  # the connection is fine
+            return StoreUnavailable(f"timed out waiting for the lease row of {self.schema}")
         if isinstance(exc, psycopg.OperationalError) or conn is None or conn.closed or conn.broken:
             if conn is not None:
                 conn.close()  # reconnect on the next call

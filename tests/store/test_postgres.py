@@ -183,6 +183,19 @@ def test_a_holder_paused_inside_a_transaction_does_not_block_a_takeover(
     assert stored_ids(sql, pg_schema) == []
 
 
+def test_a_commit_that_waits_too_long_for_the_lease_row_can_be_retried(
+    postgres_server, pg_schema, stores, sql
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores, lease_ttl_s=SHORT_TTL_S)
+    assert store.acquire_lease()
+    with sql.transaction():  # someone holds the lease row (as a takeover in progress would)
+        sql.execute(f"SELECT 1 FROM {pg_schema}.lease FOR UPDATE")
+        with pytest.raises(StoreUnavailable, match="lease row"):
+            store.commit([job("a")], [], sync=False)
+    store.commit([job("a")], [], sync=False)  # the lock went away: the retry goes through
+    assert stored_ids(sql, pg_schema) == ["a"]
+
+
 def test_a_database_restart_is_survived_by_reconnecting(
     postgres_server, pg_schema, stores, sql
 ) -> None:
