@@ -7,10 +7,14 @@ PORT ?= 6789
 ARGS ?=
 # `make test INSTALL_NODE=no` never installs Node.js; by default root installs it with apt-get.
 INSTALL_NODE ?= yes
+# Likewise for PostgreSQL's server binaries (INSTALL_POSTGRES=no), looked for in PG_BINDIRS,
+# pg_config's bindir and PATH.
+INSTALL_POSTGRES ?= yes
+PG_BINDIRS ?= /usr/lib/postgresql/*/bin
 
 TS_INTEROP := tests/interop/ts
 
-.PHONY: serve test lint bench clean
+.PHONY: serve test lint bench clean postgres-binaries
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,12 +53,28 @@ $(TS_INTEROP)/node_modules/.installed: $(TS_INTEROP)/package.json $(TS_INTEROP)/
 	cd $(TS_INTEROP) && npm ci --no-audit --no-fund
 	touch $@
 
+# PostgreSQL's initdb and pg_ctl, for the private database server the tests start (one per
+# test session, in a temporary directory). Missing ones are installed with apt-get when make
+# runs as root (as CI does); otherwise `make test` stops with one line saying what to install.
+PG_MISSING = make test needs PostgreSQL's server binaries (initdb, pg_ctl) for the tests' \
+private database server: install them (e.g. sudo apt-get install postgresql) and rerun
+APT_POSTGRES = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+pg_found = $(or $(wildcard $(addsuffix /initdb,$(PG_BINDIRS))),$(shell command -v initdb),\
+	$(shell d=$$(pg_config --bindir 2>/dev/null) && test -x "$$d/initdb" && echo "$$d"))
+can_install_postgres = $(and $(filter yes,$(INSTALL_POSTGRES)),$(filter 0,$(shell id -u)),\
+	$(shell command -v apt-get))
+postgres_ready = $(or $(pg_found),\
+	$(if $(can_install_postgres),$(shell $(APT_POSTGRES) >&2 && echo installed)))
+
+postgres-binaries:
+	$(if $(postgres_ready),,$(error $(PG_MISSING)))
+
 # The interop install comes first: a machine without npm learns it before the long lint.
-test: $(TS_INTEROP)/node_modules/.installed lint
+test: $(TS_INTEROP)/node_modules/.installed postgres-binaries lint
 	$(BIN)/pytest -q
 
-bench: $(BIN)/.installed-test
-	$(BIN)/python -m benchmarks --compare --modes memory,sqlite
+bench: $(BIN)/.installed-test postgres-binaries
+	$(BIN)/python -m benchmarks --compare --modes memory,sqlite,postgres
 	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
 

@@ -28,6 +28,7 @@ from .scenarios import SCENARIOS, ScenarioFailure, ScenarioResult, run_scenario
 from .servers import (
     MODES,
     REFERENCE_DIR,
+    REFERENCE_MODES,
     ReferenceServer,
     RssSampler,
     RunningServer,
@@ -254,6 +255,9 @@ def run_compare(args: argparse.Namespace) -> int:
         suites: dict[str, SuiteResult] = {}
         notes: list[str] = []
         for kind in ("trioq", "reference"):
+            if kind == "reference" and mode not in REFERENCE_MODES:
+                notes.append(f"reference: has no {mode} mode; showing trioq alone")
+                continue
             if kind == "reference" and not have_reference:
                 notes.append(
                     f"reference: not available ({args.reference_dir}/start.sh is missing);"
@@ -334,7 +338,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         nargs="+",
         default=[["memory"]],
         metavar="MODE",
-        help="with --compare: storage modes to run, from memory,sqlite (default memory)",
+        help="with --compare: storage modes to run, from memory,sqlite,postgres (default memory)",
     )
     parser.add_argument(
         "--reference-dir",

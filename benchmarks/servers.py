@@ -5,7 +5,8 @@
   (``start.sh`` / ``stop.sh``), resolved from this package's location.
 * :class:`RssSampler` polls a process tree's resident set size from a background thread.
 
-Both servers support the storage modes in :data:`MODES`: ``memory`` and ``sqlite``.
+Both servers support the storage modes ``memory`` and ``sqlite``; trioq also runs in
+``postgres`` mode, on a private PostgreSQL server started for it (as the tests start theirs).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import psutil
 __all__ = [
     "MODES",
     "REFERENCE_DIR",
+    "REFERENCE_MODES",
     "REPO_ROOT",
     "START_TIMEOUT",
     "ReferenceServer",
@@ -47,8 +49,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_DIR = REPO_ROOT.parent / "shared" / "reference" / "bunqueue"
 """Where ``start.sh`` and ``stop.sh`` of the reference server live."""
 
-MODES = ("memory", "sqlite")
-"""Storage modes both servers can be started in."""
+MODES = ("memory", "sqlite", "postgres")
+"""Storage modes trioq can be started in (the reference has no ``postgres``)."""
+
+REFERENCE_MODES = ("memory", "sqlite")
+"""Storage modes the reference server can be started in."""
 
 START_TIMEOUT = 20.0
 """Seconds a freshly started trioq broker gets to accept connections."""
@@ -203,6 +208,7 @@ class TrioqServer:
         port: int,
         data_dir: Path | None,
         output: deque[str],
+        database: Any = None,
     ) -> None:
         """Wrap an already started broker process; use :meth:`start` to create one."""
         self.process = process
@@ -210,6 +216,7 @@ class TrioqServer:
         self.port = port
         self.data_dir = data_dir
         self.output = output
+        self.database = database  # the private PostgreSQL server of postgres mode
 
     @property
     def pid(self) -> int | None:
@@ -218,13 +225,21 @@ class TrioqServer:
 
     @classmethod
     def command(
-        cls, mode: str, host: str, port: int, data_dir: Path | None, module: str = "broker"
+        cls,
+        mode: str,
+        host: str,
+        port: int,
+        data_dir: Path | None,
+        module: str = "broker",
+        postgres_url: str = "",
     ) -> list[str]:
         """The command line that starts the broker in ``mode``."""
         _check_mode(mode)
         cmd = [sys.executable, "-m", module, "serve"]
         if mode == "memory":
             cmd.append("--memory")
+        elif mode == "postgres":
+            cmd += ["--postgres", postgres_url]
         else:
             cmd += ["--data-dir", str(data_dir)]
         cmd += ["--host", host, "--port", str(port), "--http-port", "0"]
@@ -248,7 +263,9 @@ class TrioqServer:
         _check_mode(mode)
         port = free_port(host)
         data_dir = Path(tempfile.mkdtemp(prefix="trioq-bench-")) if mode == "sqlite" else None
-        cmd = cls.command(mode, host, port, data_dir, module)
+        database = _start_postgres() if mode == "postgres" else None
+        url = database.url if database is not None else ""
+        cmd = cls.command(mode, host, port, data_dir, module, url)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             process = subprocess.Popen(
@@ -263,6 +280,8 @@ class TrioqServer:
             )
         except OSError as exc:
             _remove(data_dir)
+            if database is not None:
+                database.destroy()
             raise ServerStartError(f"trioq could not be launched: {exc}") from exc
         output: deque[str] = deque(maxlen=40)
         ready = threading.Event()
@@ -270,7 +289,7 @@ class TrioqServer:
         threading.Thread(
             target=_drain, args=(process.stdout, output, ready), name="trioq-output", daemon=True
         ).start()
-        server = cls(process, host, port, data_dir, output)
+        server = cls(process, host, port, data_dir, output, database)
         deadline = time.monotonic() + timeout
         while not (ready.is_set() or port_accepts(host, port)):
             code = process.poll()
@@ -315,6 +334,18 @@ class TrioqServer:
             with contextlib.suppress(psutil.Error):
                 child.kill()
         _remove(self.data_dir)
+        if self.database is not None:
+            self.database.destroy()
+
+
+def _start_postgres() -> Any:
+    """A private PostgreSQL server with fsync on (a durable setting, as in production)."""
+    from tests.support.postgres import start_private_server
+
+    try:
+        return start_private_server(fsync=True)
+    except RuntimeError as exc:
+        raise ServerStartError(f"no PostgreSQL server for postgres mode: {exc}") from exc
 
 
 def _drain(stream: IO[str], output: deque[str], ready: threading.Event) -> None:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from typing import Any
 
 import trio
 
-from store import Store, StoreError, open_sqlite
+from store import Store, StoreError, StoreUnavailable, open_postgres, open_sqlite
+from store.postgres import PostgresStore
 
 from .clock import Clock
 from .config import Config
@@ -103,7 +105,10 @@ class App:
 
 
 def open_store(config: Config) -> Store:
-    """Open the SQLite store in the data directory (created if missing); raises StoreError."""
+    """Open the PostgreSQL store (holding its lease) when configured, else the SQLite store in
+    the data directory (created if missing); raises StoreError."""
+    if config.postgres_url:
+        return _open_postgres(config)
     try:
         os.makedirs(config.data_dir, exist_ok=True)
     except OSError as exc:
@@ -112,11 +117,58 @@ def open_store(config: Config) -> Store:
     return open_sqlite(config.db_path)
 
 
+def _open_postgres(config: Config) -> PostgresStore:
+    """The PostgreSQL store holding its schema's lease. A lease still held (a broker that was
+    killed, or another one) is waited for until it expires; one renewed meanwhile by a live
+    broker is refused: one broker per --pg-schema."""
+    store = open_postgres(
+        config.postgres_url, config.pg_schema,
+        lease_ttl_s=config.lease_ttl_s, advertise=config.advertise,
+    )  # fmt: skip
+    try:
+        lease = store.lease()
+        deadline = time.monotonic() + max(lease.expires_in_s, 0) + config.lease_ttl_s
+        if not store.acquire_lease():
+            holder = lease.address or "a broker"
+            log.warning("schema %s: waiting up to %.1f s for the lease of %s to expire",
+                        config.pg_schema, deadline - time.monotonic(), holder)  # fmt: skip
+        while not store.acquire_lease():
+            if time.monotonic() > deadline:
+                raise StoreError(
+                    f"PostgreSQL schema {config.pg_schema} is in use by another broker "
+                    f"({store.lease().address or 'no --advertise address'}); one per --pg-schema"
+                )
+            time.sleep(config.lease_ttl_s / 10)  # blocking: nothing else runs yet
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+async def keep_lease(store: PostgresStore) -> None:
+    """Renew the store's lease every third of its TTL. A lost lease stops the broker at once,
+    as a failed commit does (LeaseLost propagates: fail-stop); an unreachable database is
+    retried at the next renewal."""
+    while True:
+        await trio.sleep(store.lease_ttl_s / 3)
+        try:
+            store.renew_lease()
+        except StoreUnavailable as exc:
+            log.warning("cannot renew the lease (will retry): %s", exc)
+
+
 async def serve_until_signalled(config: Config, store: Store | None) -> None:
     """Run the broker until SIGINT or SIGTERM, printing where it listens."""
     app = App(config, store)
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(app.run)
+
+        async def run_app(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            await app.run(task_status=task_status)
+            nursery.cancel_scope.cancel()  # stopped: so are the lease keeper and signal wait
+
+        listeners = await nursery.start(run_app)
+        if isinstance(store, PostgresStore):
+            nursery.start_soon(keep_lease, store)
         for listener in listeners:
             host, port = listener.socket.getsockname()[:2]
             print(f"trioq listening on tcp {host}:{port}", flush=True)

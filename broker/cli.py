@@ -22,6 +22,9 @@ from . import __version__, logs
 from .app import open_store, serve_until_signalled
 from .config import DB_FILE, ENV_PREFIX, Config, ConfigError, load, settings
 
+ALIASES = {"postgres_url": ["--postgres"]}
+"""Shorter flags some settings also answer to (the issue's and README's spelling)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, made from the settings table."""
@@ -50,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="T", help=f"{field.metadata['help']} (repeatable; env {env})",
             )  # fmt: skip
         else:
-            serve.add_argument(flag, default=argparse.SUPPRESS, metavar=field.name.upper(),
-                               help=help_text)  # fmt: skip
+            flags = [*ALIASES.get(field.name, []), flag]
+            serve.add_argument(*flags, dest=field.name, default=argparse.SUPPRESS,
+                               metavar=field.name.upper(), help=help_text)  # fmt: skip
     return parser
 
 
@@ -147,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     gc.set_threshold(100_000, 50, 100)
     lock = store = None
     try:
-        if not config.memory:
+        if config.postgres_url:  # the lease, not a file lock, keeps one writer per schema
+            store = open_store(config)
+        elif not config.memory:
             lock = claim_data_dir(config.data_dir)
             store = open_store(config)
     except StoreError as exc:

@@ -35,6 +35,12 @@ class Config:
     http_port: int = _setting(6790, "HTTP and WebSocket port (0 turns it off)", PORT_RANGE)
     data_dir: str = _setting("data", "directory of the SQLite store (created if missing)")
     memory: bool = _setting(False, "keep jobs in memory only (lost when the broker stops)")
+    postgres_url: str = _setting(
+        "", "store jobs in PostgreSQL at this URL (postgresql://user@host/db) instead of SQLite"
+    )
+    pg_schema: str = _setting("trioq", "PostgreSQL schema of this cluster (created if missing)")
+    lease_ttl_s: float = _setting(10.0, "seconds a PostgreSQL writer's lease lasts unrenewed")
+    advertise: str = _setting("", "HOST:PORT other brokers are told to reach this one at")
     auth_tokens: frozenset[str] = _setting(
         frozenset(), "require Auth with one of these tokens (env: comma-separated)"
     )
@@ -122,10 +128,15 @@ def _from_file(file: str, names: Mapping[str, attrs.Attribute]) -> dict[str, Any
 
 
 def _check_storage(layer: Mapping[str, Any], source: str) -> None:
-    """Refuse memory mode and a data directory given together by one source.
+    """Refuse two kinds of storage given together by one source (memory, a data directory,
+    PostgreSQL).
 
     One of the two is a mistake, and guessing which would either lose jobs or keep files.
     (A later source may still override an earlier one: `--memory` over a file's data_dir.)
     """
     if layer.get("memory") and "data_dir" in layer:
         raise ConfigError(f"{source}: --memory keeps no files, so it cannot go with --data-dir")
+    if layer.get("postgres_url") and (layer.get("memory") or "data_dir" in layer):
+        other = "--memory" if layer.get("memory") else "--data-dir"
+        raise ConfigError(f"{source}: --postgres stores jobs in PostgreSQL, so it cannot go "
+                          f"with {other}")  # fmt: skip

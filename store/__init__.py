@@ -1,13 +1,30 @@
-"""Durable state behind one interface: SQLite (the default) and an in-memory store.
+"""Durable state behind one interface: SQLite (the default), PostgreSQL and an in-memory store.
 
 A store keeps opaque job records (id, queue, state, body) and commits a batch of changes
 atomically. It knows nothing of the engine's rules; this package never imports `broker`.
 """
 
-from .base import JobRow, Record, Store, StoreError
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import JobRow, LeaseLost, Record, Store, StoreError, StoreUnavailable
 from .memory import MemoryStore
 
-__all__ = ["JobRow", "MemoryStore", "Record", "Store", "StoreError", "open_sqlite"]
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
+__all__ = [
+    "JobRow",
+    "LeaseLost",
+    "MemoryStore",
+    "Record",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "open_postgres",
+    "open_sqlite",
+]
 
 
 def open_sqlite(path: str) -> Store:
@@ -15,3 +32,13 @@ def open_sqlite(path: str) -> Store:
     from .sqlite import SqliteStore
 
     return SqliteStore(path)
+
+
+def open_postgres(
+    url: str, schema: str = "trioq", *, lease_ttl_s: float = 10.0, advertise: str = ""
+) -> PostgresStore:
+    """Connect to PostgreSQL at `url` and open (creating it if missing) the store in `schema`;
+    raises StoreError. The store holds no lease yet: see PostgresStore.acquire_lease."""
+    from .postgres import PostgresStore
+
+    return PostgresStore(url, schema, lease_ttl_s=lease_ttl_s, advertise=advertise)

@@ -10,13 +10,34 @@ class StoreError(Exception):
     """The store cannot be opened or written; the text is meant for the operator."""
 
 
+class LeaseLost(StoreError):
+    """This store's broker no longer holds the lease: another took over, so it must not write.
+
+    The failed commit wrote nothing, and never will: fenced stores stay fenced."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached (a connection-level failure). A failed commit may or
+    may not have been applied (the answer was lost); retrying the same commit is safe, as its
+    writes are idempotent. The store reconnects on its next call."""
+
+
 class JobRow(NamedTuple):
-    """One stored job: its id, queue and state (for queries) and its encoded body."""
+    """One stored job: its id, queue and state (for queries) and its encoded body.
+
+    The body is the whole truth. The fields after it are copies for stores that keep them as
+    columns an operator can query (PostgreSQL); stores without such columns ignore them, and
+    loads leave them at their defaults.
+    """
 
     id: str
     queue: str
     state: str
     body: bytes
+    priority: float = 0
+    run_at: float = 0
+    created_at: float = 0
+    attempts: int = 0
 
 
 class Record(NamedTuple):

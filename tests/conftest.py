@@ -1,9 +1,11 @@
-"""Shared fixtures: an in-process broker on memory streams, and a real one in a subprocess."""
+"""Shared fixtures: an in-process broker on memory streams, a real one in a subprocess, and the
+session's private PostgreSQL server (started on first use, one per test session)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import select
 import subprocess
 import sys
@@ -18,7 +20,9 @@ import trio.testing
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
+from store import Store, open_postgres, open_sqlite
 from tests.support.client import FrameClient
+from tests.support.postgres import PrivateServer, start_private_server
 
 EPOCH_MS = 1_800_000_000_000.0
 START_TIMEOUT_S = 20.0  # a broker that never starts fails the tests that need it
@@ -28,6 +32,8 @@ TRIO_TEST_TIMEOUT_S = 60.0
 everything else: its signal method breaks a Trio run, so it ends the whole run instead."""
 
 Connect = Callable[[], Awaitable[FrameClient]]
+StoreFactory = Callable[[], Store]
+"""Opens one broker's durable store, again after each close (a restart)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -122,3 +128,43 @@ def broker_address() -> Iterator[tuple[str, int]]:
         process.wait(timeout=10)
         if process.stdout is not None:
             process.stdout.close()
+
+
+_schemas = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PrivateServer]:
+    """The session's private PostgreSQL server (tests may stop, kill and restart it, and must
+    leave it running)."""
+    server = start_private_server()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def pg_schema(postgres_server: PrivateServer) -> str:
+    """A schema name no other test of the session uses, so tests do not see each other."""
+    if not postgres_server.running():  # a test that stopped it failed before restarting it
+        postgres_server.start()
+    return f"t{next(_schemas)}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_factory(request: pytest.FixtureRequest, tmp_path: Any) -> StoreFactory:
+    """Each durable backend in turn: SQLite in a file of this test, or PostgreSQL in a schema
+    of this test (the store opened holds the schema's lease, as a broker's does)."""
+    if request.param == "sqlite":
+        path = str(tmp_path / "trioq.db")
+        return lambda: open_sqlite(path)
+    url = request.getfixturevalue("postgres_server").url
+    schema = request.getfixturevalue("pg_schema")
+
+    def open_leading_postgres() -> Store:
+        store = open_postgres(url, schema)
+        assert store.acquire_lease(), "the previous store did not let go of the lease"
+        return store
+
+    return open_leading_postgres

@@ -81,6 +81,27 @@ def test_memory_and_a_data_dir_from_one_source_are_refused(tmp_path: Path) -> No
     assert config_for(["--config", str(file), "--memory"], {}).memory  # a later source wins
 
 
+def test_postgres_settings_from_flags_environment_and_file(tmp_path: Path) -> None:
+    url = "postgresql://q@db/jobs"
+    config = config_for(["--postgres", url, "--pg-schema", "blue", "--lease-ttl-s", "3"], {})
+    assert (config.postgres_url, config.pg_schema, config.lease_ttl_s) == (url, "blue", 3.0)
+    environ = {"TRIOQ_POSTGRES_URL": url, "TRIOQ_ADVERTISE": "10.0.0.5:6789"}
+    assert config_for([], environ).postgres_url == url
+    assert config_for([], environ).advertise == "10.0.0.5:6789"
+    file = tmp_path / "trioq.toml"
+    file.write_text(f'postgres_url = "{url}"\n')
+    assert config_for(["--config", str(file)], {}).postgres_url == url
+    assert (Config().pg_schema, Config().lease_ttl_s) == ("trioq", 10.0)
+
+
+def test_postgres_with_memory_or_a_data_dir_from_one_source_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--postgres stores jobs in PostgreSQL, so it cannot go "
+                       "with --memory"):  # fmt: skip
+        config_for(["--postgres", "postgresql://db/q", "--memory"], {})
+    with pytest.raises(ConfigError, match=r"the environment: --postgres .* with --data-dir"):
+        config_for([], {"TRIOQ_POSTGRES_URL": "postgresql://db/q", "TRIOQ_DATA_DIR": "/srv"})
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stop:
         build_parser().parse_args(["--version"])

@@ -52,8 +52,11 @@ _decode = msgspec.msgpack.Decoder(list[Any]).decode
 
 
 def job_to_row(job: Job) -> JobRow:
-    """The row that stores `job` as it is now."""
-    return JobRow(job.id, job.queue, job.state, _encode(_body(job)))
+    """The row that stores `job` as it is now (with the columns SQL stores keep for queries)."""
+    body = _encode(_body(job))
+    return JobRow(
+        job.id, job.queue, job.state, body, job.priority, job.run_at, job.created_at, job.attempts
+    )
 
 
 def job_from_row(row: JobRow) -> tuple[Job, bool]:

@@ -154,7 +154,8 @@ def poll_until(
 class BrokerProcess:
     """A `trioq serve` subprocess on 127.0.0.1 and a free port, stderr kept in a file.
 
-    Memory-only unless `data_dir` is given, in which case it persists to SQLite there.
+    Memory-only unless `data_dir` is given, in which case it persists to SQLite there, or
+    `postgres` (URL, schema) is, in which case it persists to that PostgreSQL schema.
     """
 
     def __init__(
@@ -163,10 +164,13 @@ class BrokerProcess:
         stderr_path: Path,
         command: list[str] | None = None,
         data_dir: Path | None = None,
+        postgres: tuple[str, str] | None = None,
     ) -> None:
         base = command or [sys.executable, "-m", "broker"]
         argv = [*base, "serve", "--host", "127.0.0.1", "--port", "0", "--http-port", "0"]
         storage = ["--memory"] if data_dir is None else ["--data-dir", str(data_dir)]
+        if postgres is not None:
+            storage = ["--postgres", postgres[0], "--pg-schema", postgres[1]]
         self.stderr_path = stderr_path
         self._stderr = stderr_path.open("wb")
         self.process = subprocess.Popen(
@@ -239,16 +243,22 @@ BrokerFactory = Callable[..., BrokerProcess]
 
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
-    """Start private trioq processes (`factory(*extra_args, data_dir=None)`); all are stopped
-    at teardown. Memory-only unless `data_dir` names a directory for the SQLite store."""
+    """Start private trioq processes (`factory(*extra_args, data_dir=None, postgres=None)`); all
+    are stopped at teardown. Memory-only unless `data_dir` names a directory for the SQLite
+    store or `postgres` a (URL, schema) for the PostgreSQL one."""
     started: list[BrokerProcess] = []
     counter = itertools.count(1)
 
     def start(
-        *args: str, command: list[str] | None = None, data_dir: Path | None = None
+        *args: str,
+        command: list[str] | None = None,
+        data_dir: Path | None = None,
+        postgres: tuple[str, str] | None = None,
     ) -> BrokerProcess:
         path = tmp_path / f"broker-{next(counter)}.stderr"
-        broker = BrokerProcess(*args, stderr_path=path, command=command, data_dir=data_dir)
+        broker = BrokerProcess(
+            *args, stderr_path=path, command=command, data_dir=data_dir, postgres=postgres
+        )
         started.append(broker)
         return broker
 

@@ -182,6 +182,30 @@ def test_make_test_as_root_installs_npm_with_apt_get(tmp_path: Path) -> None:
     assert (checkout / "tests" / "interop" / "ts" / "node_modules" / ".installed").exists()
 
 
+def test_make_test_without_postgres_binaries_says_so_in_one_line(tmp_path: Path) -> None:
+    checkout, env = make_checkout(tmp_path, {"id": "echo 1000"})  # not root: no apt-get
+    result = make(checkout, env, "postgres-binaries", "PG_BINDIRS=/nonexistent")
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert "make test needs PostgreSQL's server binaries (initdb, pg_ctl)" in line
+    assert "apt-get install postgresql" in line
+
+
+def test_make_test_as_root_installs_postgres_binaries_with_apt_get(tmp_path: Path) -> None:
+    apt_get = f'echo "apt-get $*" >> {tmp_path}/calls'
+    checkout, env = make_checkout(tmp_path, {"id": "echo 0", "apt-get": apt_get})
+    result = make(checkout, env, "postgres-binaries", "PG_BINDIRS=/nonexistent")
+    assert result.returncode == 0, result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == ["apt-get update -qq", "apt-get install -y -qq postgresql"]
+    bindir = tmp_path / "postgresql" / "15" / "bin"  # where Debian puts them
+    bindir.mkdir(parents=True)
+    (bindir / "initdb").write_text("")
+    found = make(checkout, env, "postgres-binaries", f"PG_BINDIRS={tmp_path}/postgresql/*/bin")
+    assert found.returncode == 0, found.stderr
+    assert len((tmp_path / "calls").read_text().splitlines()) == 2  # found: nothing installed
+
+
 def test_make_serve_passes_arguments_through(tmp_path: Path) -> None:
     checkout, env = make_checkout(tmp_path, {})
     result = make(checkout, env, "-n", "serve", "ARGS=--http-port 0 --data-dir /tmp/q")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import trio
 
+from tests.conftest import StoreFactory
 from tests.engine.test_push_pull import pull_ids, push, state_of
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
@@ -131,8 +130,8 @@ async def test_stats_and_metrics(client: FrameClient) -> None:
     assert (await client.call("StorageStatus"))["data"]["diskFull"] is False
 
 
-async def test_queue_settings_survive_a_restart(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_queue_settings_survive_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         await client.call("Pause", queue="q")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import trio
@@ -11,7 +10,7 @@ import trio
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
-from tests.conftest import memory_connector
+from tests.conftest import StoreFactory, memory_connector
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
 
@@ -82,8 +81,10 @@ async def test_cron_commands(client: FrameClient) -> None:
     assert (await client.call("CronDelete", name="a"))["error"] == "Cron job not found"
 
 
-async def test_crons_survive_a_restart_and_skip_missed_runs(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path)
+async def test_crons_survive_a_restart_and_skip_missed_runs(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         await client.call("Cron", name="c", queue="cq", data=1, repeatEvery=10_000)

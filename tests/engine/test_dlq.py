@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import msgspec
 import trio
 
-from store import Record, open_sqlite
+from store import Record
+from tests.conftest import StoreFactory
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
@@ -138,8 +137,10 @@ async def test_bad_settings_are_refused_and_change_nothing(client: FrameClient) 
     assert (config["maxEntries"], config["maxAge"]) == (7, 604_800_000)
 
 
-async def test_auto_retries_and_caps_survive_a_restart(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path)
+async def test_auto_retries_and_caps_survive_a_restart(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
     settings = {"autoRetry": True, "autoRetryInterval": 60_000, "maxAutoRetries": 1}
     async with broker.running() as connect:
         client = await connect()
@@ -170,8 +171,10 @@ async def test_a_job_past_its_ttl_is_not_auto_retried(client: FrameClient, autoj
     assert (await client.call("Metrics"))["metrics"]["totalFailed"] == 1
 
 
-async def test_after_a_restart_the_caps_still_drop_the_oldest(tmp_path: Path, autojump_clock):
-    broker = Broker(tmp_path)
+async def test_after_a_restart_the_caps_still_drop_the_oldest(
+    store_factory: StoreFactory, autojump_clock
+):
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         await client.call("SetDlqConfig", queue="q", config={"maxEntries": 1})
@@ -198,14 +201,14 @@ async def test_settings_applied_again_and_again_leave_no_timers_behind(
 
 
 async def test_invalid_settings_stored_by_an_older_broker_are_ignored(
-    tmp_path: Path, autojump_clock
+    store_factory: StoreFactory, autojump_clock
 ) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         job_id = await fail_for_good(await connect())
     # Earlier brokers stored DLQ settings unchecked and did not enforce them.
     settings = {"paused": False, "dlqConfig": {"maxEntries": 0, "autoRetry": True}}
-    store = open_sqlite(broker.path)
+    store = broker.open_store()
     store.commit(
         [], [], sync=False, records=[Record("queue", "q", msgspec.msgpack.encode(settings))]
     )
@@ -215,7 +218,7 @@ async def test_invalid_settings_stored_by_an_older_broker_are_ignored(
         assert await dlq_ids(client) == [job_id]  # not emptied by maxEntries 0
         config = (await client.call("GetDlqConfig", queue="q"))["config"]
         assert (config["maxEntries"], config["autoRetry"]) == (10_000, False)
-    store = open_sqlite(broker.path)  # and the store was corrected
+    store = broker.open_store()  # and the store was corrected
     stored = [r for r in store.load_records() if r.kind == "queue"]
     store.close()
     assert msgspec.msgpack.decode(stored[0].body)["dlqConfig"] == {}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import StoreFactory
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
@@ -155,8 +155,8 @@ async def test_legacy_flow_with_update_parent(client: FrameClient) -> None:
     assert bad["error"] == "Failed to update parent"
 
 
-async def test_a_flow_survives_a_restart_midway(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_a_flow_survives_a_restart_midway(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         await client.call("PUSHF", jobs=family())

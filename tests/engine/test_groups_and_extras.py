@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import trio
 
+from tests.conftest import StoreFactory
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
@@ -167,8 +166,8 @@ async def test_dashboard_views(client: FrameClient) -> None:
     assert (one["name"], one["counts"]["waiting"], one["dlqPreview"]) == ("q", 1, [])
 
 
-async def test_group_settings_survive_a_restart(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_group_settings_survive_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         await client.call("SetGroupConcurrency", **Q, concurrency=2)

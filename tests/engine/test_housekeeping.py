@@ -8,7 +8,6 @@ import sys
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +22,8 @@ from broker.engine import state as state_module
 from broker.engine.housekeeping import PURGE, Purge
 from broker.engine.model import Job
 from broker.engine.records import job_to_row
-from store import JobRow, MemoryStore, Record, StoreError, open_sqlite
-from tests.conftest import EPOCH_MS, Connect, memory_connector
+from store import JobRow, MemoryStore, Record, StoreError
+from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
@@ -117,8 +116,10 @@ def small_slices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-async def test_large_drain_lets_other_clients_through(tmp_path: Path, small_slices: None) -> None:
-    broker = AppBroker(tmp_path)
+async def test_large_drain_lets_other_clients_through(
+    store_factory: StoreFactory, small_slices: None
+) -> None:
+    broker = AppBroker(store_factory)
     store_rows = 0
     async with broker.running() as connect:
         worker, other = await connect(), await connect()
@@ -144,7 +145,7 @@ class AppBroker(Broker):
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Connect]:
-        store = open_sqlite(self.path)
+        store = self.open_store()
         try:
             async with trio.open_nursery() as nursery:
                 self.app = App(self.config, store=store, clock=self.clock)
@@ -156,7 +157,7 @@ class AppBroker(Broker):
 
 
 def open_rows(broker: Broker) -> list[JobRow]:
-    store = open_sqlite(broker.path)
+    store = broker.open_store()
     try:
         records = store.load_records()
         assert [r for r in records if r.kind == PURGE] == []
@@ -195,9 +196,9 @@ async def test_restart_finishes_a_drain_cut_short(nursery: trio.Nursery) -> None
 
 
 async def test_a_job_pushed_again_during_a_purge_survives_a_restart(
-    tmp_path: Path, small_slices: None
+    store_factory: StoreFactory, small_slices: None
 ) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         await push_many(client, 50)
@@ -289,8 +290,10 @@ def test_tombstone_lists_ids() -> None:
     assert Purge.resumed(record).ids == ["a", "b"]
 
 
-async def test_a_job_removed_and_pushed_again_in_one_pass_is_stored(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_a_job_removed_and_pushed_again_in_one_pass_is_stored(
+    store_factory: StoreFactory,
+) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         await push(client, jobId="same", data={"n": 1})

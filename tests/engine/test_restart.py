@@ -1,32 +1,32 @@
-"""Restarts on the SQLite store: every state comes back as the restart rules say."""
+"""Restarts on the durable stores (SQLite and PostgreSQL): every state comes back as the restart
+rules say."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import trio
 
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
-from store import MemoryStore, open_sqlite
-from tests.conftest import EPOCH_MS, Connect, memory_connector
+from store import MemoryStore
+from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
 from tests.engine.test_push_pull import push, state_of
 
 
 class Broker:
-    """Runs the broker on one SQLite file, again and again, on one (mock) clock."""
+    """Runs the broker on one durable store, again and again, on one (mock) clock."""
 
-    def __init__(self, path: Path, **config: object) -> None:
-        self.path = str(path / "trioq.db")
+    def __init__(self, open_store: StoreFactory, **config: object) -> None:
+        self.open_store = open_store
         self.clock = Clock(EPOCH_MS)
         self.config = Config(port=0, http_port=0, **config)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Connect]:
-        store = open_sqlite(self.path)
+        store = self.open_store()
         try:
             async with trio.open_nursery() as nursery:
                 app = App(self.config, store=store, clock=self.clock)
@@ -37,8 +37,8 @@ class Broker:
             store.close()
 
 
-async def test_queued_jobs_come_back_in_order(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path)
+async def test_queued_jobs_come_back_in_order(store_factory: StoreFactory, autojump_clock) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         first = await push(client, data={"n": 1})
@@ -57,8 +57,10 @@ async def test_queued_jobs_come_back_in_order(tmp_path: Path, autojump_clock) ->
         assert (await client.call("PULL", queue="q"))["job"]["id"] == later
 
 
-async def test_delayed_job_due_during_downtime_is_ready(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path)
+async def test_delayed_job_due_during_downtime_is_ready(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         job_id = await push(await connect(), delay=5_000)
     await trio.sleep(10)
@@ -66,8 +68,8 @@ async def test_delayed_job_due_during_downtime_is_ready(tmp_path: Path, autojump
         assert await state_of(await connect(), job_id) == "waiting"
 
 
-async def test_finished_jobs_keep_result_error_and_stack(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_finished_jobs_keep_result_error_and_stack(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         done = await push(client)
@@ -86,8 +88,8 @@ async def test_finished_jobs_keep_result_error_and_stack(tmp_path: Path) -> None
         )
 
 
-async def test_dependencies_survive_a_restart(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_dependencies_survive_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         parent = await push(client)
@@ -100,8 +102,8 @@ async def test_dependencies_survive_a_restart(tmp_path: Path) -> None:
         assert await state_of(client, child) == "waiting"
 
 
-async def test_indexes_survive_a_restart(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_indexes_survive_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         custom = await push(client, jobId="order-7")
@@ -113,8 +115,10 @@ async def test_indexes_survive_a_restart(tmp_path: Path) -> None:
         assert (await client.call("Count", queue="q"))["count"] == 2
 
 
-async def test_unleased_active_job_returns_to_waiting_without_an_attempt(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_unleased_active_job_returns_to_waiting_without_an_attempt(
+    store_factory: StoreFactory,
+) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         job_id = await push(client)
@@ -128,8 +132,10 @@ async def test_unleased_active_job_returns_to_waiting_without_an_attempt(tmp_pat
         assert await state_of(client, detached) == "active"
 
 
-async def test_leased_job_keeps_its_lease_across_a_restart(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path)
+async def test_leased_job_keeps_its_lease_across_a_restart(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         job_id = await push(client)
@@ -147,8 +153,8 @@ async def test_leased_job_keeps_its_lease_across_a_restart(tmp_path: Path, autoj
         assert late["ok"] is False
 
 
-async def test_retention_caps_are_applied_and_persisted(tmp_path: Path) -> None:
-    broker = Broker(tmp_path, keep_completed=2)
+async def test_retention_caps_are_applied_and_persisted(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory, keep_completed=2)
     async with broker.running() as connect:
         client = await connect()
         ids = [await push(client) for _ in range(4)]
@@ -156,13 +162,13 @@ async def test_retention_caps_are_applied_and_persisted(tmp_path: Path) -> None:
             await client.call("PULL", queue="q")
             await client.call("ACK", id=job_id)
         assert [await state_of(client, i) for i in ids] == ["unknown"] * 2 + ["completed"] * 2
-    store = open_sqlite(broker.path)
+    store = broker.open_store()
     assert sorted(row.id for row in store.load()) == sorted(ids[2:])
     store.close()
 
 
-async def test_completed_jobs_expire_by_age(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path, keep_completed_s=60)
+async def test_completed_jobs_expire_by_age(store_factory: StoreFactory, autojump_clock) -> None:
+    broker = Broker(store_factory, keep_completed_s=60)
     async with broker.running() as connect:
         client = await connect()
         job_id = await push(client)
@@ -189,8 +195,8 @@ async def test_durable_jobs_are_committed_synchronously(nursery: trio.Nursery) -
     app.shutdown()
 
 
-async def test_logs_survive_a_restart(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_logs_survive_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         job_id = await push(client)

@@ -4,21 +4,21 @@ concurrency, stall settings, debounce windows and group limits act the same afte
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import msgspec
 import pytest
 import trio
 
-from store import Record, open_sqlite
+from store import Record
+from tests.conftest import StoreFactory
 from tests.engine.test_push_pull import pull_ids, push, state_of
 from tests.engine.test_restart import Broker
 
 DEFAULT_MAX_ENTRIES = 10_000
 
 
-async def test_rate_limit_survives_a_restart(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path)
+async def test_rate_limit_survives_a_restart(store_factory: StoreFactory, autojump_clock) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         assert (await (await connect()).call("RateLimit", queue="q", limit=2))["ok"] is True
     async with broker.running() as connect:
@@ -29,8 +29,8 @@ async def test_rate_limit_survives_a_restart(tmp_path: Path, autojump_clock) -> 
         assert await pull_ids(client) == []
 
 
-async def test_concurrency_limit_survives_a_restart(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_concurrency_limit_survives_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         assert (await client.call("SetConcurrency", queue="q", limit=2))["ok"] is True
@@ -42,8 +42,10 @@ async def test_concurrency_limit_survives_a_restart(tmp_path: Path) -> None:
         assert await pull_ids(client) == []
 
 
-async def test_stall_settings_survive_a_restart(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path)
+async def test_stall_settings_survive_a_restart(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         config = {"stallInterval": 1000, "maxStalls": 1}
@@ -58,8 +60,10 @@ async def test_stall_settings_survive_a_restart(tmp_path: Path, autojump_clock) 
         assert await state_of(client, job_id) == "failed"
 
 
-async def test_a_debounce_window_survives_a_restart(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path)
+async def test_a_debounce_window_survives_a_restart(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         first = await push(client, debounceId="d", debounceTtl=10_000)
@@ -74,9 +78,9 @@ async def test_a_debounce_window_survives_a_restart(tmp_path: Path, autojump_clo
 
 
 async def test_a_groups_running_job_still_counts_after_a_restart(
-    tmp_path: Path, autojump_clock
+    store_factory: StoreFactory, autojump_clock
 ) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(store_factory)
     one_each = {"concurrency": 1}
     async with broker.running() as connect:
         client = await connect()
@@ -94,13 +98,13 @@ async def test_a_groups_running_job_still_counts_after_a_restart(
 
 
 async def test_an_invalid_stored_dlq_setting_is_dropped_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store_factory: StoreFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         assert (await client.call("SetDlqConfig", queue="q", config={"maxEntries": 5}))["ok"]
-    store = open_sqlite(broker.path)  # as an earlier trioq stored it: unchecked
+    store = broker.open_store()  # as an earlier trioq stored it: unchecked
     body = msgspec.msgpack.encode({"paused": True, "dlqConfig": {"maxEntries": 0}})
     store.commit([], [], sync=False, records=[Record("queue", "q", body)])
     store.close()
@@ -112,16 +116,16 @@ async def test_an_invalid_stored_dlq_setting_is_dropped_with_a_warning(
             assert (await client.call("IsPaused", queue="q"))["paused"] is True  # the rest holds
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("queue q: stored DLQ settings" in text for text in warnings), warnings
-    store = open_sqlite(broker.path)
+    store = broker.open_store()
     (stored,) = store.load_records()
     store.close()
     assert msgspec.msgpack.decode(stored.body)["dlqConfig"] == {}  # the store was corrected
 
 
 async def test_a_finished_jobs_debounce_window_survives_a_restart(
-    tmp_path: Path, autojump_clock
+    store_factory: StoreFactory, autojump_clock
 ) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         first = await push(client, debounceId="d", debounceTtl=10_000)
@@ -136,9 +140,9 @@ async def test_a_finished_jobs_debounce_window_survives_a_restart(
 
 
 async def test_a_started_jobs_untimed_debounce_stays_released_after_a_restart(
-    tmp_path: Path,
+    store_factory: StoreFactory,
 ) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         started = await push(client, debounceId="e")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import trio
 
-from store import open_sqlite
+from tests.conftest import StoreFactory
 from tests.engine.test_flows import family, finish
 from tests.engine.test_push_pull import pull_ids, push, state_of
 from tests.engine.test_restart import Broker
@@ -40,14 +38,16 @@ async def test_a_schedule_that_ends_stops_cleanly(client: FrameClient, autojump_
     assert late["error"] == "repeat has no future occurrence"
 
 
-async def test_what_a_restart_changes_is_stored(tmp_path: Path, autojump_clock) -> None:
-    broker = Broker(tmp_path)
+async def test_what_a_restart_changes_is_stored(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         job_id = await push(await connect(), ttl=1000, delay=60_000)
     await trio.sleep(5)
     async with broker.running() as connect:
         assert await state_of(await connect(), job_id) == "failed"
-    store = open_sqlite(broker.path)  # the store agrees, not just memory
+    store = broker.open_store()  # the store agrees, not just memory
     assert [row.state for row in store.load() if row.id == job_id] == ["failed"]
     store.close()
 
@@ -72,8 +72,10 @@ async def test_a_dropped_dependency_does_not_count_twice(client: FrameClient) ->
     assert await state_of(client, "p") == "waiting"
 
 
-async def test_a_dropped_dependency_stays_dropped_after_a_restart(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_a_dropped_dependency_stays_dropped_after_a_restart(
+    store_factory: StoreFactory,
+) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         assert (await client.call("PUSHF", jobs=dropped_dependency_graph()))["ok"] is True
@@ -114,8 +116,8 @@ async def test_a_passed_over_group_spends_no_rate_token(client: FrameClient) -> 
     assert [job["id"] for job in reply["jobs"]] == [b1]
 
 
-async def test_dependents_of_a_cancelled_job_keep_waiting(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+async def test_dependents_of_a_cancelled_job_keep_waiting(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         await push(client, jobId="dep")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import trio
 
+from tests.conftest import StoreFactory
 from tests.engine.test_push_pull import push
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
@@ -60,9 +59,9 @@ async def test_the_latest_twenty_entries_are_kept(client: FrameClient) -> None:
 
 
 async def test_a_restart_adds_only_what_happened_while_the_broker_was_down(
-    tmp_path: Path, autojump_clock
+    store_factory: StoreFactory, autojump_clock
 ) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
         ready = await push(client, delay=5000)

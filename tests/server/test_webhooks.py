@@ -7,7 +7,6 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +16,7 @@ import trio
 
 from broker.config import Config
 from broker.webhooks import Webhook, WebhookDispatcher
-from tests.conftest import memory_connector, start_app
+from tests.conftest import StoreFactory, memory_connector, start_app
 from tests.engine.test_push_pull import push
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
@@ -106,8 +105,10 @@ async def test_deliveries_are_signed_and_retried(nursery: trio.Nursery) -> None:
     app.shutdown()
 
 
-async def test_webhooks_survive_a_restart_and_can_be_disabled(tmp_path: Path) -> None:
-    broker = Broker(tmp_path, allow_private_webhooks=True)
+async def test_webhooks_survive_a_restart_and_can_be_disabled(
+    store_factory: StoreFactory,
+) -> None:
+    broker = Broker(store_factory, allow_private_webhooks=True)
     async with broker.running() as connect:
         client = await connect()
         added = await client.call("AddWebhook", url="http://127.0.0.1:9/h", events=["*"])

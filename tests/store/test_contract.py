@@ -7,17 +7,29 @@ from pathlib import Path
 
 import pytest
 
-from store import JobRow, MemoryStore, Record, Store, StoreError, open_sqlite
+from store import JobRow, MemoryStore, Record, Store, StoreError, open_postgres, open_sqlite
 from store.sqlite import SCHEMA_VERSION
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    backend: Store = (
-        MemoryStore() if request.param == "memory" else open_sqlite(str(tmp_path / "t.db"))
-    )
+    backend: Store
+    if request.param == "postgres":
+        backend = open_leading_postgres(request.getfixturevalue("postgres_server").url,
+                                        request.getfixturevalue("pg_schema"))  # fmt: skip
+    elif request.param == "sqlite":
+        backend = open_sqlite(str(tmp_path / "t.db"))
+    else:
+        backend = MemoryStore()
     yield backend
     backend.close()
+
+
+def open_leading_postgres(url: str, schema: str) -> Store:
+    """A PostgreSQL store on `schema` holding its lease (as a broker's is)."""
+    store = open_postgres(url, schema)
+    assert store.acquire_lease()
+    return store
 
 
 def row(job_id: str, state: str = "waiting", body: bytes = b"\x80") -> JobRow:
@@ -66,6 +78,17 @@ def test_sqlite_rows_survive_reopening(tmp_path: Path) -> None:
     first.close()
     second = open_sqlite(path)
     assert sorted(second.load()) == [row("a"), row("b", "completed", b"\x01")]
+    second.close()
+
+
+def test_postgres_rows_survive_reopening(postgres_server, pg_schema: str) -> None:
+    first = open_leading_postgres(postgres_server.url, pg_schema)
+    first.commit([row("a"), row("b", "completed", b"\x01")], [], sync=True)
+    first.commit([], [], sync=False, records=[Record("cron", "c", b"\x02")])
+    first.close()
+    second = open_leading_postgres(postgres_server.url, pg_schema)  # at once: it was released
+    assert sorted(second.load()) == [row("a"), row("b", "completed", b"\x01")]
+    assert second.load_records() == [Record("cron", "c", b"\x02")]
     second.close()
 
 
