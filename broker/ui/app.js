@@ -108,7 +108,14 @@ const live = {
   stop() {
     if (this.controller) this.controller.abort();
     this.controller = null;
-    this.connected = false;
+    this.setConnected(false);
+  },
+
+  setConnected(connected) {
+    this.connected = connected;
+    const badge = $("live");
+    badge.textContent = connected ? "● live" : "○ not live";
+    badge.className = connected ? "live on" : "live";
   },
 
   async run(signal) {
@@ -118,12 +125,12 @@ const live = {
         if (this.lastId !== null) headers["Last-Event-ID"] = this.lastId;
         const response = await fetch("/events", { headers, signal });
         if (response.status === 401) return;
-        this.connected = true;
+        this.setConnected(true);
         await this.read(response.body, signal);
       } catch (_) {
         // the stream broke or was aborted: reconnect below unless stopped
       }
-      this.connected = false;
+      this.setConnected(false);
       if (!signal.aborted) await new Promise((r) => setTimeout(r, 3000));
     }
   },
@@ -317,8 +324,7 @@ function renderHealth(broker) {
   const c = broker.connections;
   $("health").textContent =
     `v${broker.version} · up ${fmtDuration(broker.uptime)} · store ${broker.store} · ` +
-    `${c.tcp} tcp / ${c.websocket} ws / ${c.sse} sse · ${broker.role}` +
-    (live.connected ? " · live" : " · connecting…");
+    `${c.tcp} tcp / ${c.websocket} ws / ${c.sse} sse · ${broker.role}`;
 }
 
 function statCards(stats) {
@@ -677,7 +683,7 @@ function eventsView() {
     while (rows.children.length > MAX_EVENT_ROWS) rows.lastChild.remove();
   };
   const onVisibility = () => {
-    status.textContent = document.hidden ? "paused while the tab is hidden" : "live";
+    status.textContent = document.hidden ? "paused while the tab is hidden" : "showing events as they happen";
   };
   return {
     async refresh() {
