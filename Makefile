@@ -7,6 +7,8 @@ PORT ?= 6789
 ARGS ?=
 # `make test INSTALL_NODE=no` never installs Node.js; by default root installs it with apt-get.
 INSTALL_NODE ?= yes
+# `make test INSTALL_CHROMIUM=no` never installs Chromium; by default root installs it with apt-get.
+INSTALL_CHROMIUM ?= yes
 
 TS_INTEROP := tests/interop/ts
 
@@ -49,8 +51,24 @@ $(TS_INTEROP)/node_modules/.installed: $(TS_INTEROP)/package.json $(TS_INTEROP)/
 	cd $(TS_INTEROP) && npm ci --no-audit --no-fund
 	touch $@
 
-# The interop install comes first: a machine without npm learns it before the long lint.
-test: $(TS_INTEROP)/node_modules/.installed lint
+# Chromium for the dashboard's browser tests (tests/browser, driven by Playwright). Missing
+# Chromium is installed with apt-get when make runs as root (as CI does); otherwise `make test`
+# stops with one line saying what to install.
+CHROMIUM_MISSING = make test needs Chromium for the dashboard's browser tests: install it \
+(e.g. sudo apt-get install chromium chromium-driver) and rerun
+APT_CHROMIUM = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	chromium chromium-driver
+can_install_chromium = $(and $(filter yes,$(INSTALL_CHROMIUM)),$(filter 0,$(shell id -u)),\
+	$(shell command -v apt-get))
+chromium_ready = $(or $(shell command -v chromium),\
+	$(if $(can_install_chromium),$(shell $(APT_CHROMIUM) >&2 && command -v chromium)))
+
+.PHONY: chromium
+chromium:
+	$(if $(chromium_ready),,$(error $(CHROMIUM_MISSING)))
+
+# The installs come first: a machine without npm or Chromium learns it before the long lint.
+test: $(TS_INTEROP)/node_modules/.installed chromium lint
 	$(BIN)/pytest -q
 
 bench: $(BIN)/.installed-test
@@ -59,4 +77,4 @@ bench: $(BIN)/.installed-test
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules test-artifacts
