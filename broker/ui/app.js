@@ -189,8 +189,10 @@ const history = {
   last: null,
   add(stats, depth) {
     const now = Date.now();
+    // Refreshes come on every burst of events too; the chart keeps one sample per SAMPLE_MS.
+    if (this.last && now - this.last.time < SAMPLE_MS * 0.9) return;
     const out = stats.totalCompleted + stats.totalFailed;
-    if (this.last && now > this.last.time) {
+    if (this.last) {
       const seconds = (now - this.last.time) / 1000;
       this.samples.push({
         time: now,
@@ -376,7 +378,9 @@ function drawChart() {
   line("#c77c02", (s) => s.depth, depthMax);
   ctx.fillStyle = "#667085"; ctx.font = "12px system-ui";
   ctx.fillText(`${rateMax.toFixed(1)}/s`, 4, 14);
-  ctx.fillText(`${depthMax} jobs`, width - 70, 14);
+  ctx.textAlign = "right";
+  ctx.fillText(`${depthMax} jobs`, width - 4, height - 6);
+  ctx.textAlign = "left";
 }
 
 function queueTable(queues) {
