@@ -11,6 +11,8 @@ INSTALL_NODE ?= yes
 # pg_config's bindir and PATH.
 INSTALL_POSTGRES ?= yes
 PG_BINDIRS ?= /usr/lib/postgresql/*/bin
+# `make test INSTALL_CHROMIUM=no` never installs Chromium; by default root installs it with apt-get.
+INSTALL_CHROMIUM ?= yes
 
 TS_INTEROP := tests/interop/ts
 
@@ -69,8 +71,25 @@ postgres_ready = $(or $(pg_found),\
 postgres-binaries:
 	$(if $(postgres_ready),,$(error $(PG_MISSING)))
 
-# The interop install comes first: a machine without npm learns it before the long lint.
-test: $(TS_INTEROP)/node_modules/.installed postgres-binaries lint
+
+# Chromium for the dashboard's browser tests (tests/browser, driven by Playwright). Missing
+# Chromium is installed with apt-get when make runs as root (as CI does); otherwise `make test`
+# stops with one line saying what to install.
+CHROMIUM_MISSING = make test needs Chromium for the dashboard's browser tests: install it \
+(e.g. sudo apt-get install chromium chromium-driver) and rerun
+APT_CHROMIUM = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	chromium chromium-driver
+can_install_chromium = $(and $(filter yes,$(INSTALL_CHROMIUM)),$(filter 0,$(shell id -u)),\
+	$(shell command -v apt-get))
+chromium_ready = $(or $(shell command -v chromium),\
+	$(if $(can_install_chromium),$(shell $(APT_CHROMIUM) >&2 && command -v chromium)))
+
+.PHONY: chromium
+chromium:
+	$(if $(chromium_ready),,$(error $(CHROMIUM_MISSING)))
+
+# The installs come first: a machine without npm or Chromium learns it before the long lint.
+test: $(TS_INTEROP)/node_modules/.installed postgres-binaries chromium lint
 	$(BIN)/pytest -q
 
 bench: $(BIN)/.installed-test postgres-binaries
@@ -79,4 +98,4 @@ bench: $(BIN)/.installed-test postgres-binaries
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules test-artifacts

@@ -88,6 +88,7 @@ class Metrics:
     """The broker's metrics registry and the histograms it observes."""
 
     def __init__(self, state: Any, connections: Callable[[], int]) -> None:
+        self.connections = connections  # open TCP connections, for /dashboard too
         self.registry = CollectorRegistry()
         self.registry.register(EngineCollector(state, connections))
         self.push_to_start = FastHistogram(

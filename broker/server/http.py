@@ -15,6 +15,7 @@ time), and request bodies buffered across all connections share one byte budget.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -33,6 +34,8 @@ from store import StoreError
 from .. import __version__
 from ..engine.actor import EngineActor
 from ..metrics import CONTENT_TYPE, Metrics
+from . import sse
+from .dashboard import Collector, StaticFiles, flag, heap_stats, page_bounds
 from .frontdoor import FrontDoor, bearer_authorized, contain_failures
 from .jsonwire import command_from, parse_json, reply_json
 from .routes import Request, build_message, match
@@ -62,6 +65,10 @@ CORS_HEADERS = [
 
 # Queue routes built from several commands (no single TCP command answers them).
 QUEUE_VIEWS = re.compile(r"/queues/(?P<queue>[^/]+)/(?P<view>workers|dlq/stats)")
+DASHBOARD_QUEUE = re.compile(r"/dashboard/queues/(?P<queue>[^/]+)")
+EVENTS = re.compile(r"/events(?:/queues/(?P<queue>[^/]+))?")
+# Jobs listed per state by `/dashboard/queues/:q?includeJobs=true`.
+DASHBOARD_JOBS = 20
 
 Answer = tuple[int, str, bytes]
 # Errors that mean the client left or broke the protocol: the connection ends, nothing is logged.
@@ -115,6 +122,13 @@ class HttpServer:
         self.ready = False
         self.budget = BodyBudget(MAX_BUFFERED_BODIES)
         self.websockets = 0
+        self.static = StaticFiles()
+        self.collector = Collector()
+        # SSE clients read the numbered events of one ring (sse.py); it is fed only while
+        # someone listens, so the engine collects no events for nobody.
+        self.events = sse.EventRing()
+        self.sse_clients = 0
+        actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0)
         # REST commands pass the same front door as TCP frames (triage: a rejected command or
         # a Ping is answered here). A request authenticates by its Bearer header, and an HTTP
         # connection answers one request before it reads the next, so the door holds no
@@ -130,6 +144,8 @@ class HttpServer:
             "/prometheus": self._metrics_page,
             "/stats": self._stats,
             "/queues/summary": self._queues_summary,
+            "/dashboard": self._dashboard_overview,
+            "/heapstats": self._heap_stats,
         }
 
     async def run(self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED):
@@ -181,6 +197,11 @@ class HttpServer:
                 return
             if request is None:
                 return
+            events = self._events_request(request)
+            if events is not None:
+                self.budget.give(len(body))
+                await self._serve_events(stream, connection, request, events)
+                return
             try:
                 answer = await self._answer(request, body)
             finally:
@@ -208,11 +229,22 @@ class HttpServer:
             method = "GET"  # same answer; `send` leaves the body out
         if method == "OPTIONS":
             return 204, JSON, b""
+        static = self.static.get(path) if method == "GET" else None
+        if static is not None:  # the dashboard's page itself is open; its data calls are not
+            return 200, *static
         if path not in OPEN_PATHS and not self._authorized(request):
             return error(401, "Unauthorized")
         page = self._pages.get(path) if method == "GET" else None
         if page is not None:
             return await page()
+        if method == "GET" and path == "/dashboard/queues":
+            return await self._dashboard_queues(parse_qs(url.query))
+        dashboard_queue = DASHBOARD_QUEUE.fullmatch(path)
+        if method == "GET" and dashboard_queue:
+            queue = unquote(dashboard_queue["queue"])
+            return await self._dashboard_queue(queue, flag(parse_qs(url.query), "includeJobs"))
+        if method == "POST" and path == "/gc":
+            return self._collect_garbage()
         view = QUEUE_VIEWS.fullmatch(path)
         if method == "GET" and view and view["view"] == "workers":
             return await self._queue_workers(unquote(view["queue"]))
@@ -234,6 +266,130 @@ class HttpServer:
             return error(400, "Body must be a JSON object")
         message = build_message(route, Request(params, parse_qs(query), fields))
         return await self._command(message, route.failure_status)
+
+    # -- dashboard JSON ---------------------------------------------------------------------------
+
+    async def _dashboard_overview(self) -> Answer:
+        """DashboardOverview plus what only the HTTP port knows: the broker's health."""
+        reply = await self._run({"cmd": "DashboardOverview"})
+        data = reply["data"]
+        data["broker"] = {
+            "version": __version__,
+            "uptime": self._uptime_s(),
+            "store": "memory" if self.actor.store is None else "sqlite",
+            "connections": {
+                "tcp": self.metrics.connections(),
+                "websocket": self.websockets,
+                "sse": self.sse_clients,
+            },
+            "role": "primary",
+        }
+        return 200, JSON, reply_json({"ok": True, "data": data})
+
+    async def _dashboard_queues(self, query: dict[str, list[str]]) -> Answer:
+        """One page of DashboardQueues, each queue with its limits (`limit` 1..500, `offset`)."""
+        bounds = page_bounds(query)
+        if isinstance(bounds, str):
+            return error(400, bounds)
+        limit, offset = bounds
+        data = (await self._run({"cmd": "DashboardQueues"}))["data"]
+        every = data["queues"]
+        page = every[offset : offset + limit]
+        for queue in page:
+            queue["limits"] = await self._queue_limits(queue["name"])
+        data.update(queues=page, total=len(every), limit=limit, offset=offset)
+        return 200, JSON, reply_json({"ok": True, "data": data})
+
+    async def _dashboard_queue(self, queue: str, include_jobs: bool) -> Answer:
+        """DashboardQueue, with its limits and, on `includeJobs=true`, the first jobs of each
+        state."""
+        command = command_from({"cmd": "DashboardQueue", "queue": queue})
+        if isinstance(command, Rejected):
+            return error(400, command.error)
+        reply: dict[str, Any] = await call(self.actor, command)
+        if not reply.get("ok"):
+            return 400, JSON, reply_json(reply)
+        data = reply["data"]
+        data["limits"] = await self._queue_limits(queue)
+        if include_jobs:
+            data["jobs"] = {
+                state: (
+                    await self._run(
+                        {"cmd": "GetJobs", "queue": queue, "state": state, "limit": DASHBOARD_JOBS}
+                    )
+                )["jobs"]
+                for state in ("waiting", "prioritized", "delayed", "active", "completed", "failed")
+            }
+        return 200, JSON, reply_json({"ok": True, "data": data})
+
+    async def _queue_limits(self, queue: str) -> dict[str, Any]:
+        return (await self._run({"cmd": "GetQueueLimits", "queue": queue}))["data"]["limits"]
+
+    async def _heap_stats(self) -> Answer:
+        return 200, JSON, reply_json({"ok": True, "data": heap_stats()})
+
+    def _collect_garbage(self) -> Answer:
+        result = self.collector.collect(trio.current_time())
+        if result is None:
+            return error(429, "A collection ran less than 10 s ago")
+        return 200, JSON, reply_json({"ok": True, "data": result})
+
+    # -- server-sent events -----------------------------------------------------------------------
+
+    def _events_request(self, request: h11.Request) -> str | bool | None:
+        """For an authorized `GET /events[/queues/:q]`: the queue, or True for every queue;
+        None when the request is anything else (answered as usual, e.g. 401)."""
+        if request.method != b"GET":
+            return None
+        found = EVENTS.fullmatch(urlsplit(request.target.decode("latin-1")).path)
+        if found is None or not self._authorized(request):
+            return None
+        return True if found["queue"] is None else unquote(found["queue"])
+
+    async def _serve_events(
+        self,
+        stream: trio.abc.Stream,
+        connection: h11.Connection,
+        request: h11.Request,
+        queue: str | bool,
+    ) -> None:
+        """Stream job events to one SSE client until it leaves or falls behind."""
+        if self.sse_clients >= sse.MAX_CLIENTS:
+            too_many = error(503, "Too many SSE clients")
+            await send(stream, connection, request, too_many, True)
+            return
+        last_event_id = dict(request.headers).get(b"last-event-id")
+        cursor = self.events.start_cursor(
+            None if last_event_id is None else last_event_id.decode("latin-1")
+        )
+        self._count_sse_client(1)
+        try:
+            headers = [
+                ("content-type", sse.CONTENT_TYPE),
+                ("cache-control", "no-cache"),
+                *CORS_HEADERS,
+            ]
+            head = connection.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
+
+            async def write(data: bytes) -> None:
+                await stream.send_all(connection.send(h11.Data(data=data)) or b"")
+
+            await stream.send_all(head or b"")
+            await write(sse.greeting(f"sse-{self.events.last_id}-{id(stream):x}"))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_close, stream, nursery.cancel_scope)
+                with contextlib.suppress(sse.ClientTooSlow):
+                    await sse.stream_events(
+                        self.events, cursor, None if queue is True else str(queue), write
+                    )
+                nursery.cancel_scope.cancel()
+        finally:
+            self._count_sse_client(-1)
+
+    def _count_sse_client(self, change: int) -> None:
+        self.sse_clients += change
+        bus = self.actor.bus
+        bus.on_change(bus.listening())  # the engine collects events only while someone listens
 
     async def _live(self) -> Answer:
         return 200, "text/plain", b"OK"
@@ -382,6 +538,14 @@ async def read_head(stream: trio.abc.Stream) -> bytes | None:
             data += chunk
         return data
     raise RequestFailed(408, "Request timeout")
+
+
+async def _cancel_on_close(stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+    """Cancel `scope` when the client closes its side (an SSE client reads, never sends)."""
+    with contextlib.suppress(*PEER_GONE):
+        while await stream.receive_some(READ_SIZE):
+            pass
+    scope.cancel()
 
 
 def is_websocket_upgrade(head: bytes) -> bool:
