@@ -16,7 +16,7 @@ INSTALL_CHROMIUM ?= yes
 
 TS_INTEROP := tests/interop/ts
 
-.PHONY: serve test lint bench clean postgres-binaries
+.PHONY: serve test lint bench clean postgres-binaries chromium
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,16 +38,17 @@ lint: $(BIN)/.installed-test
 	$(BIN)/ruff check broker protocol store tests benchmarks
 	$(BIN)/mypy
 
-# npm for the TypeScript interop test. Missing npm is installed with apt-get when make runs
-# as root (as CI does); otherwise `make test` stops with one line saying what to install.
-# These are expanded only when the interop install has to run.
+# Tools a test needs. Each is installed with apt-get when make runs as root (as CI does) and its
+# INSTALL_X is yes; otherwise `make test` stops with one line saying what to install. These
+# are expanded only when a target needs the tool.
+can_install = $(and $(filter yes,$(1)),$(filter 0,$(shell id -u)),$(shell command -v apt-get))
+apt_install = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1)
+
+# npm for the TypeScript interop test.
 NODE_MISSING = make test needs Node.js and npm for the TypeScript interop test (npm downloads \
 about 113 MB into $(TS_INTEROP)): install them (e.g. sudo apt-get install nodejs npm) and rerun
-APT_NODE = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm
-can_install_node = $(and $(filter yes,$(INSTALL_NODE)),$(filter 0,$(shell id -u)),\
-	$(shell command -v apt-get))
 npm_ready = $(or $(shell command -v npm),\
-	$(if $(can_install_node),$(shell $(APT_NODE) >&2 && command -v npm)))
+	$(if $(call can_install,$(INSTALL_NODE)),$(shell $(call apt_install,nodejs npm) >&2 && command -v npm)))
 
 # The TypeScript SDK and bun for the interop test, pinned by package-lock.json.
 $(TS_INTEROP)/node_modules/.installed: $(TS_INTEROP)/package.json $(TS_INTEROP)/package-lock.json
@@ -56,35 +57,23 @@ $(TS_INTEROP)/node_modules/.installed: $(TS_INTEROP)/package.json $(TS_INTEROP)/
 	touch $@
 
 # PostgreSQL's initdb and pg_ctl, for the private database server the tests start (one per
-# test session, in a temporary directory). Missing ones are installed with apt-get when make
-# runs as root (as CI does); otherwise `make test` stops with one line saying what to install.
+# test session, in a temporary directory).
 PG_MISSING = make test needs PostgreSQL's server binaries (initdb, pg_ctl) for the tests' \
 private database server: install them (e.g. sudo apt-get install postgresql) and rerun
-APT_POSTGRES = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
 pg_found = $(or $(wildcard $(addsuffix /initdb,$(PG_BINDIRS))),$(shell command -v initdb),\
 	$(shell d=$$(pg_config --bindir 2>/dev/null) && test -x "$$d/initdb" && echo "$$d"))
-can_install_postgres = $(and $(filter yes,$(INSTALL_POSTGRES)),$(filter 0,$(shell id -u)),\
-	$(shell command -v apt-get))
 postgres_ready = $(or $(pg_found),\
-	$(if $(can_install_postgres),$(shell $(APT_POSTGRES) >&2 && echo installed)))
+	$(if $(call can_install,$(INSTALL_POSTGRES)),$(shell $(call apt_install,postgresql) >&2 && echo installed)))
 
 postgres-binaries:
 	$(if $(postgres_ready),,$(error $(PG_MISSING)))
 
-
-# Chromium for the dashboard's browser tests (tests/browser, driven by Playwright). Missing
-# Chromium is installed with apt-get when make runs as root (as CI does); otherwise `make test`
-# stops with one line saying what to install.
+# Chromium for the dashboard's browser tests (tests/browser, driven by Playwright).
 CHROMIUM_MISSING = make test needs Chromium for the dashboard's browser tests: install it \
 (e.g. sudo apt-get install chromium chromium-driver) and rerun
-APT_CHROMIUM = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	chromium chromium-driver
-can_install_chromium = $(and $(filter yes,$(INSTALL_CHROMIUM)),$(filter 0,$(shell id -u)),\
-	$(shell command -v apt-get))
-chromium_ready = $(or $(shell command -v chromium),\
-	$(if $(can_install_chromium),$(shell $(APT_CHROMIUM) >&2 && command -v chromium)))
+chromium_ready = $(or $(shell command -v chromium),$(if $(call can_install,$(INSTALL_CHROMIUM)),\
+	$(shell $(call apt_install,chromium chromium-driver) >&2 && command -v chromium)))
 
-.PHONY: chromium
 chromium:
 	$(if $(chromium_ready),,$(error $(CHROMIUM_MISSING)))
 
