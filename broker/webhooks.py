@@ -29,6 +29,7 @@ from store import Record
 
 from .engine.errors import EngineError
 from .engine.model import uuid7
+from .engine.sink import ReplySink
 from .engine.state import EngineState
 from .webhook_targets import GuardedBackend, RefusedTarget, Resolver, refused_target, resolve
 
@@ -97,7 +98,7 @@ class WebhookHandlers:
             cmd.ListWebhooks: self.list_webhooks,
         }
 
-    def add_webhook(self, session: Any, command: cmd.AddWebhook, now: float) -> Reply:
+    def add_webhook(self, session: ReplySink, command: cmd.AddWebhook, now: float) -> Reply:
         """AddWebhook: the URL must be a permitted target."""
         refusal = refused_target(command.url, self.allow_private_webhooks)
         if refusal is not None:
@@ -110,14 +111,14 @@ class WebhookHandlers:
                 "queue": hook.queue, "createdAt": now}  # fmt: skip
         return {"ok": True, "data": data}
 
-    def remove_webhook(self, session: Any, command: cmd.RemoveWebhook, now: float) -> Reply:
+    def remove_webhook(self, session: ReplySink, command: cmd.RemoveWebhook, now: float) -> Reply:
         """RemoveWebhook."""
         if self.webhooks.pop(command.webhookId, None) is None:
             raise EngineError(NOT_FOUND)
         self.changed_webhooks.add(command.webhookId)
         return {"ok": True, "data": {"removed": True}}
 
-    def list_webhooks(self, session: Any, command: Any, now: float) -> Reply:
+    def list_webhooks(self, session: ReplySink, command: Any, now: float) -> Reply:
         """ListWebhooks."""
         hooks = [h.summary(self.webhook_stats.get(h.id, {})) for h in self.webhooks.values()]
         enabled = sum(1 for hook in self.webhooks.values() if hook.enabled)
@@ -126,7 +127,7 @@ class WebhookHandlers:
             "data": {"webhooks": hooks, "stats": {"total": len(hooks), "enabled": enabled}},
         }
 
-    def set_webhook_enabled(self, session: Any, command: Any, now: float) -> Reply:
+    def set_webhook_enabled(self, session: ReplySink, command: Any, now: float) -> Reply:
         """SetWebhookEnabled: turn a webhook on or off without deleting it."""
         hook = self.webhooks.get(command.id)
         if hook is None:

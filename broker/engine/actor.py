@@ -29,6 +29,7 @@ from .core import Engine
 from .housekeeping import PURGE, Purge, purged_ids
 from .model import Job
 from .records import job_from_row, job_to_row
+from .sink import ReplySink
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ LOAD_SLICE = 10_000
 class Batch:
     """Commands from one session, in arrival order."""
 
-    session: Any
+    session: ReplySink
     commands: list[Any]
 
 
@@ -50,21 +51,17 @@ class Batch:
 class Disconnect:
     """A session closed: release what it held."""
 
-    session: Any
+    session: ReplySink
 
 
 @attrs.frozen
 class Wake:
     """Nothing to do but re-arm the actor's sleep (a timer was added while it slept)."""
 
-    session: Any = None
-
 
 @attrs.frozen
 class AnswerParked:
     """Shutdown: answer every parked long poll now, with no job."""
-
-    session: Any = None
 
 
 class EngineActor:
@@ -85,7 +82,7 @@ class EngineActor:
         self.bus.on_change = self._listening
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
         # Sessions with staged replies register here; they are released after the commit.
-        self.outbox: set[Any] = set()
+        self.outbox: set[ReplySink] = set()
         self.passes = 0
         self.on_pass: Any = None  # observes how many commands each pass ran (metrics)
         # The deadline the actor sleeps until while parked on an empty inbox; None when busy.
@@ -244,13 +241,13 @@ class EngineActor:
         engine.tick(now)
         commands = 0
         for item in items:
-            session = item.session
             if isinstance(item, Batch):
+                session = item.session
                 commands += len(item.commands)
                 for command in item.commands:
                     engine.execute(session, command, now)
             elif isinstance(item, Disconnect):
-                engine.disconnect(session, now)
+                engine.disconnect(item.session, now)
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
         engine.tick(now)
@@ -285,7 +282,7 @@ class EngineActor:
     def _release(self) -> None:
         outbox = self.outbox
         for session in outbox:
-            session.release()
+            session.send_staged()
         outbox.clear()
         events = self.engine.state.events
         if events:  # committed: now subscribers and webhooks may hear of them

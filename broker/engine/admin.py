@@ -32,6 +32,7 @@ from .model import (
     Job,
 )
 from .queues import QueueState
+from .sink import ReplySink
 from .state import EngineState
 
 QUEUE = "queue"
@@ -113,14 +114,14 @@ class AdminHandlers:
 
     # -- queue control -------------------------------------------------------------------------
 
-    def pause(self, session: Any, command: cmd.Pause, now: float) -> Reply:
+    def pause(self, session: ReplySink, command: cmd.Pause, now: float) -> Reply:
         """Pause: pulls get nothing from this queue until Resume (pushes still land)."""
         queue = self.state.queue(command.queue)
         queue.paused = True
         self._settings_changed(queue)
         return {"ok": True}
 
-    def resume(self, session: Any, command: cmd.Resume, now: float) -> Reply:
+    def resume(self, session: ReplySink, command: cmd.Resume, now: float) -> Reply:
         """Resume: parked pulls are served at once."""
         queue = self.state.queue(command.queue)
         queue.paused = False
@@ -128,7 +129,7 @@ class AdminHandlers:
         self.state.dirty_queues.add(queue)
         return {"ok": True}
 
-    def is_paused(self, session: Any, command: cmd.IsPaused, now: float) -> Reply:
+    def is_paused(self, session: ReplySink, command: cmd.IsPaused, now: float) -> Reply:
         """IsPaused."""
         queue = self.state.queues.get(command.queue)
         return {"ok": True, "paused": bool(queue and queue.paused)}
@@ -142,13 +143,13 @@ class AdminHandlers:
         self.state.purge_later(removed)
         return reply
 
-    def drain(self, session: Any, command: cmd.Drain, now: float) -> Reply:
+    def drain(self, session: ReplySink, command: cmd.Drain, now: float) -> Reply:
         """Drain: remove the jobs that wait to run; active and finished ones stay."""
         removed = self._remove_all(self._jobs_of(command.queue, QUEUED_STATES))
         reply = {"ok": True, "count": len(removed)}
         return self._answer_removal(removed, reply)
 
-    def obliterate(self, session: Any, command: cmd.Obliterate, now: float) -> Reply:
+    def obliterate(self, session: ReplySink, command: cmd.Obliterate, now: float) -> Reply:
         """Obliterate: every job of the queue, in any state, and its settings, are gone."""
         removed = self._remove_all(self._jobs_of(command.queue))
         queue = self.state.queues.pop(command.queue, None)
@@ -160,14 +161,14 @@ class AdminHandlers:
             for waiter in queue.waiters:
                 if not waiter.done and not waiter.session.closed:
                     waiter.done = True
-                    waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)  # type: ignore[attr-defined]
+                    waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)  # type: ignore[attr-defined]
         return self._answer_removal(removed, {"ok": True})
 
-    def list_queues(self, session: Any, command: cmd.ListQueues, now: float) -> Reply:
+    def list_queues(self, session: ReplySink, command: cmd.ListQueues, now: float) -> Reply:
         """ListQueues: names, sorted."""
         return {"ok": True, "queues": sorted(self.state.queues)}
 
-    def clean(self, session: Any, command: cmd.Clean, now: float) -> Reply:
+    def clean(self, session: ReplySink, command: cmd.Clean, now: float) -> Reply:
         """Clean: remove jobs older than `grace` ms in the state named (queued by default)."""
         state = command.state
         if state is None or state in CLEAN_QUEUED:
@@ -183,7 +184,7 @@ class AdminHandlers:
 
     # -- queries -------------------------------------------------------------------------------
 
-    def get_jobs(self, session: Any, command: cmd.GetJobs, now: float) -> Reply:
+    def get_jobs(self, session: ReplySink, command: cmd.GetJobs, now: float) -> Reply:
         """GetJobs: jobs in the states asked for, oldest first, one page of at most MAX_PAGE
         (a larger `limit` is cut to it, so no listing builds a huge reply in one pass)."""
         states = set(command.state)
@@ -200,7 +201,7 @@ class AdminHandlers:
         page = first[command.offset : end]
         return {"ok": True, "jobs": [job.to_wire_with_state() for job in page]}
 
-    def counts_per_priority(self, session: Any, command: Any, now: float) -> Reply:
+    def counts_per_priority(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetCountsPerPriority: queued jobs by priority (keys are strings)."""
         counts: dict[str, int] = {}
         for job in self._jobs_of(command.queue, QUEUED_STATES):
@@ -208,7 +209,7 @@ class AdminHandlers:
             counts[key] = counts.get(key, 0) + 1
         return {"ok": True, "queue": command.queue, "counts": counts}
 
-    def job_by_custom_id(self, session: Any, command: Any, now: float) -> Reply:
+    def job_by_custom_id(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetJobByCustomId."""
         job = self.state.jobs.get(command.customId)
         if job is None or job.custom_id != command.customId:
@@ -217,26 +218,26 @@ class AdminHandlers:
 
     # -- dead letters --------------------------------------------------------------------------
 
-    def dlq(self, session: Any, command: cmd.Dlq, now: float) -> Reply:
+    def dlq(self, session: ReplySink, command: cmd.Dlq, now: float) -> Reply:
         """Dlq: the queue's failed jobs, oldest failure first (at most MAX_PAGE)."""
         count = min(command.count, MAX_PAGE)
         failed = heapq.nsmallest(count, self._jobs_of(command.queue, (FAILED,)), key=_finished)
         return {"ok": True, "jobs": [job.to_wire_with_state() for job in failed]}
 
-    def retry_dlq(self, session: Any, command: cmd.RetryDlq, now: float) -> Reply:
+    def retry_dlq(self, session: ReplySink, command: cmd.RetryDlq, now: float) -> Reply:
         """RetryDlq: failed jobs go back to waiting with a fresh attempt budget."""
         failed = self._jobs_of(command.queue, (FAILED,))
         if command.jobId is not None:
             failed = [job for job in failed if job.id == command.jobId]
         return {"ok": True, "count": sum(self.state.revive(job, now) for job in failed)}
 
-    def purge_dlq(self, session: Any, command: cmd.PurgeDlq, now: float) -> Reply:
+    def purge_dlq(self, session: ReplySink, command: cmd.PurgeDlq, now: float) -> Reply:
         """PurgeDlq: delete the queue's failed jobs."""
         removed = self._remove_all(self._jobs_of(command.queue, (FAILED,)))
         reply = {"ok": True, "count": len(removed)}
         return self._answer_removal(removed, reply)
 
-    def retry_completed(self, session: Any, command: cmd.RetryCompleted, now: float) -> Reply:
+    def retry_completed(self, session: ReplySink, command: cmd.RetryCompleted, now: float) -> Reply:
         """RetryCompleted: completed jobs run again (result and progress cleared)."""
         done = self._jobs_of(command.queue, (COMPLETED,))
         if command.id is not None:
@@ -251,7 +252,7 @@ class AdminHandlers:
 
     # -- limits and settings -------------------------------------------------------------------
 
-    def rate_limit(self, session: Any, command: cmd.RateLimit, now: float) -> Reply:
+    def rate_limit(self, session: ReplySink, command: cmd.RateLimit, now: float) -> Reply:
         """RateLimit: at most `limit` jobs of the queue start per second."""
         queue = self.state.queue(command.queue)
         queue.rate_limit = command.limit
@@ -259,7 +260,7 @@ class AdminHandlers:
         self._settings_changed(queue)
         return {"ok": True}
 
-    def rate_limit_clear(self, session: Any, command: Any, now: float) -> Reply:
+    def rate_limit_clear(self, session: ReplySink, command: Any, now: float) -> Reply:
         """RateLimitClear."""
         queue = self.state.queue(command.queue)
         queue.rate_limit = None
@@ -267,7 +268,7 @@ class AdminHandlers:
         self.state.dirty_queues.add(queue)
         return {"ok": True}
 
-    def set_concurrency(self, session: Any, command: cmd.SetConcurrency, now: float) -> Reply:
+    def set_concurrency(self, session: ReplySink, command: cmd.SetConcurrency, now: float) -> Reply:
         """SetConcurrency: at most `limit` jobs of the queue active at once."""
         queue = self.state.queue(command.queue)
         queue.concurrency = command.limit
@@ -275,7 +276,7 @@ class AdminHandlers:
         self.state.dirty_queues.add(queue)
         return {"ok": True}
 
-    def clear_concurrency(self, session: Any, command: Any, now: float) -> Reply:
+    def clear_concurrency(self, session: ReplySink, command: Any, now: float) -> Reply:
         """ClearConcurrency."""
         queue = self.state.queue(command.queue)
         queue.concurrency = None
@@ -283,7 +284,9 @@ class AdminHandlers:
         self.state.dirty_queues.add(queue)
         return {"ok": True}
 
-    def set_stall_config(self, session: Any, command: cmd.SetStallConfig, now: float) -> Reply:
+    def set_stall_config(
+        self, session: ReplySink, command: cmd.SetStallConfig, now: float
+    ) -> Reply:
         """SetStallConfig: merged into the queue's (stallInterval applies to jobs without
         their own stallTimeout; maxStalls to every stall count)."""
         queue = self.state.queue(command.queue)
@@ -291,13 +294,13 @@ class AdminHandlers:
         self._settings_changed(queue)
         return {"ok": True}
 
-    def get_stall_config(self, session: Any, command: Any, now: float) -> Reply:
+    def get_stall_config(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetStallConfig: the defaults merged with what was set."""
         queue = self.state.queues.get(command.queue)
         config = {**DEFAULT_STALL_CONFIG, **(queue.stall_config if queue else {})}
         return {"ok": True, "config": config}
 
-    def set_dlq_config(self, session: Any, command: cmd.SetDlqConfig, now: float) -> Reply:
+    def set_dlq_config(self, session: ReplySink, command: cmd.SetDlqConfig, now: float) -> Reply:
         """SetDlqConfig: merged into the queue's, stored, and applied at once to the jobs
         already in its DLQ (caps and auto retries, see dlq.py)."""
         queue = self.state.queue(command.queue)
@@ -307,7 +310,7 @@ class AdminHandlers:
         self.state.apply_dlq_config(queue, now, retries=retries_changed)
         return {"ok": True}
 
-    def get_dlq_config(self, session: Any, command: Any, now: float) -> Reply:
+    def get_dlq_config(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetDlqConfig: the queue's settings, with the defaults for those it did not set (the
         broker-wide caps standing in for caps it did not set)."""
         queue = self.state.queues.get(command.queue) or QueueState(command.queue)
@@ -315,7 +318,7 @@ class AdminHandlers:
 
     # -- statistics ----------------------------------------------------------------------------
 
-    def stats(self, session: Any, command: Any, now: float) -> Reply:
+    def stats(self, session: ReplySink, command: Any, now: float) -> Reply:
         """Stats: job counts over every queue, uptime, totals."""
         totals: dict[str, int] = {}
         for queue in self.state.queues.values():
@@ -335,7 +338,7 @@ class AdminHandlers:
             },
         }
 
-    def metrics(self, session: Any, command: cmd.Metrics, now: float) -> Reply:
+    def metrics(self, session: ReplySink, command: cmd.Metrics, now: float) -> Reply:
         """Metrics: totals since start, and this process's memory; with a queue, its minute
         counts of completed or failed jobs (`{meta, data, count}`, see telemetry.py)."""
         if command.queue is not None:
@@ -355,18 +358,18 @@ class AdminHandlers:
             },
         }
 
-    def prometheus_metrics(self, session: Any, command: Any, now: float) -> Reply:
+    def prometheus_metrics(self, session: ReplySink, command: Any, now: float) -> Reply:
         """Prometheus: the exposition text the HTTP `/prometheus` route serves."""
         if self.prometheus is None:
             raise EngineError("Prometheus metrics are not available")
         return {"ok": True, "data": {"metrics": self.prometheus()}}
 
-    def trim_events(self, session: Any, command: cmd.TrimEvents, now: float) -> Reply:
+    def trim_events(self, session: ReplySink, command: cmd.TrimEvents, now: float) -> Reply:
         """TrimEvents: trioq keeps no per-queue event journal (events go to listeners as they
         happen), so there is never anything to trim."""
         return {"ok": True, "data": {"removed": 0}}
 
-    def storage_status(self, session: Any, command: Any, now: float) -> Reply:
+    def storage_status(self, session: ReplySink, command: Any, now: float) -> Reply:
         """StorageStatus: a broker whose store fails stops, so a running one is healthy."""
         return {"ok": True, "data": {"diskFull": False, "error": None, "since": None}}
 

@@ -46,6 +46,7 @@ from .schedule import (
     first_occurrence,
     zone,
 )
+from .sink import ReplySink
 from .state import NOT_STARTED, EngineState
 from .workers import WorkerRegistry
 
@@ -133,7 +134,7 @@ class Engine(
             **self.group_handlers(),
         }
 
-    def connection_only(self, session: Any, command: Any, now: float) -> Reply:
+    def connection_only(self, session: ReplySink, command: Any, now: float) -> Reply:
         """A command the TCP connection answers itself, reaching the engine from another
         transport (WebSocket clients subscribe with `Subscribe`)."""
         name = type(command).__name__
@@ -141,7 +142,7 @@ class Engine(
 
     # -- the actor's entry points --------------------------------------------------------------
 
-    def execute(self, session: Any, command: Any, now: float) -> None:
+    def execute(self, session: ReplySink, command: Any, now: float) -> None:
         """Run one command and send its reply to `session` (unless it was parked)."""
         try:
             reply = self._handlers[type(command)](session, command, now)
@@ -151,7 +152,7 @@ class Engine(
             log.exception("command %s failed", type(command).__name__)
             reply = {"ok": False, "error": "Internal server error"}
         if reply is not None:
-            session.reply(reply, command.reqId)
+            session.stage_reply(reply, command.reqId)
 
     def tick(self, now: float) -> None:
         """Fire due timers and answer long polls that can now be served or have timed out."""
@@ -179,7 +180,7 @@ class Engine(
             waiter = target
             if not waiter.done:
                 waiter.done = True
-                waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)
+                waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
                 # Answered polls leave the queue's deque from the front (timeouts expire
                 # roughly in arrival order), so an idle queue polled forever stays small.
                 drop_answered(self.state.queue(waiter.command.queue).waiters)
@@ -188,20 +189,14 @@ class Engine(
         """When `tick` next has work to do, in epoch ms (inf when never)."""
         return self.state.wheel.next_deadline()
 
-    def disconnect(self, session: Any, now: float) -> None:
+    def disconnect(self, session: ReplySink, now: float) -> None:
         """A connection closed: release the jobs it pulled without a lease and did not settle."""
-        session.closed = True
-        state = self.state
-        for job_id in list(session.held):
-            job = state.jobs.get(job_id)
-            if job is not None and job.state == ACTIVE and job.holder is session:
-                state.requeue(job, now)
-        session.held.clear()
+        self.state.requeue_holdings(session, now)
         self.workers.disconnect(session)
 
     # -- push ----------------------------------------------------------------------------------
 
-    def push(self, session: Any, command: cmd.Push, now: float) -> Reply:
+    def push(self, session: ReplySink, command: cmd.Push, now: float) -> Reply:
         """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
         dependencies must exist."""
         if command.optionsGiven or command.jobId is not None:  # a plain job has nothing to check
@@ -222,7 +217,7 @@ class Engine(
         self._check_group_room(command.queue, [command])
         return self._settle_duplicate(command.queue, command, command.jobId, now)
 
-    def push_batch(self, session: Any, command: cmd.PushBatch, now: float) -> Reply:
+    def push_batch(self, session: ReplySink, command: cmd.PushBatch, now: float) -> Reply:
         """PUSHB: every item checked first (dependsOn may name customIds of the batch)."""
         items: list[Any] = command.jobs  # type: ignore[assignment]
         queue = command.queue
@@ -392,7 +387,7 @@ class Engine(
             return False
         return token is None or token == job.late_token
 
-    def ack(self, session: Any, command: cmd.Ack, now: float) -> Reply:
+    def ack(self, session: ReplySink, command: cmd.Ack, now: float) -> Reply:
         """ACK: complete an active job (token required when it is leased)."""
         if self._late(command.id, command.token):
             return already_finalized()
@@ -401,7 +396,7 @@ class Engine(
         self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
         return {"ok": True}
 
-    def ack_batch(self, session: Any, command: cmd.AckBatch, now: float) -> Reply:
+    def ack_batch(self, session: ReplySink, command: cmd.AckBatch, now: float) -> Reply:
         """ACKB: every job and token checked before any job completes."""
         ids: list[str] = command.ids
         tokens = command.tokens or [None] * len(ids)
@@ -425,7 +420,7 @@ class Engine(
             }
         return {"ok": True}
 
-    def fail(self, session: Any, command: cmd.Fail, now: float) -> Reply:
+    def fail(self, session: ReplySink, command: cmd.Fail, now: float) -> Reply:
         """FAIL: retry after the backoff while attempts remain, else to the dead-letter queue."""
         if self._late(command.id, command.token):
             return already_finalized()
@@ -442,13 +437,15 @@ class Engine(
 
     # -- heartbeats ----------------------------------------------------------------------------
 
-    def job_heartbeat(self, session: Any, command: cmd.JobHeartbeat, now: float) -> Reply:
+    def job_heartbeat(self, session: ReplySink, command: cmd.JobHeartbeat, now: float) -> Reply:
         """JobHeartbeat: note the job is alive; with its token, renew the lease too."""
         if not self._beat(command.id, command.token, command.duration, now):
             raise EngineError("Job not found or not active (or invalid token)")
         return {"ok": True, "data": {"ok": True}}
 
-    def job_heartbeat_batch(self, session: Any, command: cmd.JobHeartbeatB, now: float) -> Reply:
+    def job_heartbeat_batch(
+        self, session: ReplySink, command: cmd.JobHeartbeatB, now: float
+    ) -> Reply:
         """JobHeartbeatB: heartbeat many jobs; answers how many were alive."""
         tokens = command.tokens or [None] * len(command.ids)
         count = sum(
@@ -470,19 +467,19 @@ class Engine(
 
     # -- queries -------------------------------------------------------------------------------
 
-    def get_job(self, session: Any, command: cmd.GetJob, now: float) -> Reply:
+    def get_job(self, session: ReplySink, command: cmd.GetJob, now: float) -> Reply:
         """GetJob: the job with its state, or `Job not found`."""
         job = self.state.jobs.get(command.id)
         if job is None:
             raise EngineError(errors.JOB_NOT_FOUND)
         return {"ok": True, "job": job.to_wire_with_state()}
 
-    def get_state(self, session: Any, command: cmd.GetState, now: float) -> Reply:
+    def get_state(self, session: ReplySink, command: cmd.GetState, now: float) -> Reply:
         """GetState: the job's state, `unknown` when the broker does not know it."""
         job = self.state.jobs.get(command.id)
         return {"ok": True, "id": command.id, "state": UNKNOWN if job is None else job.state}
 
-    def get_result(self, session: Any, command: cmd.GetResult, now: float) -> Reply:
+    def get_result(self, session: ReplySink, command: cmd.GetResult, now: float) -> Reply:
         """GetResult: the result a completed job was acknowledged with (nil otherwise)."""
         job = self.state.jobs.get(command.id)
         result = None
@@ -490,7 +487,7 @@ class Engine(
             result = msgspec.Raw(job.result)
         return {"ok": True, "id": command.id, "result": result}
 
-    def get_job_counts(self, session: Any, command: cmd.GetJobCounts, now: float) -> Reply:
+    def get_job_counts(self, session: ReplySink, command: cmd.GetJobCounts, now: float) -> Reply:
         """GetJobCounts: jobs of the queue by state; a paused queue's ready jobs (waiting and
         prioritized) count as `paused` instead, as GetJobs lists them."""
         queue = self.state.queues.get(command.queue)
@@ -501,7 +498,7 @@ class Engine(
             counts[WAITING] = counts[PRIORITIZED] = 0
         return {"ok": True, "counts": counts}
 
-    def count(self, session: Any, command: cmd.Count, now: float) -> Reply:
+    def count(self, session: ReplySink, command: cmd.Count, now: float) -> Reply:
         """Count: waiting + prioritized + delayed jobs of the queue."""
         queue = self.state.queues.get(command.queue)
         if queue is None:

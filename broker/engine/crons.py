@@ -24,6 +24,7 @@ from .errors import EngineError
 from .keys import UNIQUE
 from .model import QUEUED_STATES, Job, uuid7
 from .schedule import ScheduleError, check_pattern, next_every, next_fire, zone
+from .sink import ReplySink
 from .state import EngineState
 
 CRON = "cron"
@@ -105,7 +106,7 @@ class CronHandlers:
             cmd.CronList: self.cron_list,
         }
 
-    def cron_upsert(self, session: Any, command: cmd.CronUpsert, now: float) -> Reply:
+    def cron_upsert(self, session: ReplySink, command: cmd.CronUpsert, now: float) -> Reply:
         """Cron: create or replace; executions carry over; `immediately` fires a new one now."""
         try:
             if command.schedule is not None:
@@ -143,21 +144,21 @@ class CronHandlers:
         if job is not None and job.name == cron.name and job.state in QUEUED_STATES:
             self.state.remove(job)
 
-    def cron_get(self, session: Any, command: cmd.CronGet, now: float) -> Reply:
+    def cron_get(self, session: ReplySink, command: cmd.CronGet, now: float) -> Reply:
         """CronGet."""
         cron = self.crons.get(command.name)
         if cron is None:
             raise EngineError(CRON_NOT_FOUND)
         return {"ok": True, "cron": cron.summary()}
 
-    def cron_delete(self, session: Any, command: cmd.CronDelete, now: float) -> Reply:
+    def cron_delete(self, session: ReplySink, command: cmd.CronDelete, now: float) -> Reply:
         """CronDelete."""
         if self.crons.pop(command.name, None) is None:
             raise EngineError(CRON_NOT_FOUND)
         self._cron_changed(command.name)
         return {"ok": True}
 
-    def cron_list(self, session: Any, command: cmd.CronList, now: float) -> Reply:
+    def cron_list(self, session: ReplySink, command: cmd.CronList, now: float) -> Reply:
         """CronList."""
         return {"ok": True, "crons": [cron.summary() for cron in self.crons.values()]}
 

@@ -19,6 +19,7 @@ from protocol import flows as cmd
 
 from .errors import EngineError, self_dependency
 from .model import COMPLETED, FAILED, Job, job_from_push
+from .sink import ReplySink
 from .state import EngineState
 
 Reply = dict[str, Any]
@@ -42,7 +43,7 @@ class FlowHandlers:
             cmd.GetIgnoredChildrenFailures: self.get_ignored_children_failures,
         }
 
-    def push_flow(self, session: Any, command: cmd.PushFlow, now: float) -> Reply:
+    def push_flow(self, session: ReplySink, command: cmd.PushFlow, now: float) -> Reply:
         """PUSHF: the whole graph or nothing; one snapshot per input job, in input order."""
         nodes: list[cmd.FlowJob] = command.jobs  # type: ignore[assignment]
         self._check_graph(nodes)
@@ -95,7 +96,7 @@ class FlowHandlers:
             if child.input.parentId != node.id:
                 raise EngineError(f"flow child {child_id} does not point back to parent {node.id}")
 
-    def update_parent(self, session: Any, command: cmd.UpdateParent, now: float) -> Reply:
+    def update_parent(self, session: ReplySink, command: cmd.UpdateParent, now: float) -> Reply:
         """UpdateParent: older clients attach a child pushed with a placeholder parent."""
         child = self.state.jobs.get(command.childId)
         parent = self.state.jobs.get(command.parentId)
@@ -119,7 +120,7 @@ class FlowHandlers:
         jobs = self.state.jobs
         return [jobs[i] for i in parent.children_ids if i in jobs]
 
-    def get_children_values(self, session: Any, command: Any, now: float) -> Reply:
+    def get_children_values(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetChildrenValues: completed children's results, keyed `<queue>:<childId>`."""
         values = {
             f"{child.queue}:{child.id}": None if child.result is None else msgspec.Raw(child.result)
@@ -128,12 +129,12 @@ class FlowHandlers:
         }
         return {"ok": True, "data": {"values": values}}
 
-    def get_failed_children_values(self, session: Any, command: Any, now: float) -> Reply:
+    def get_failed_children_values(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetFailedChildrenValues: errors of children under continueParentOnFailure."""
         parent = self.state.jobs.get(command.id)
         return {"ok": True, "values": (parent.child_failures if parent else None) or {}}
 
-    def get_ignored_children_failures(self, session: Any, command: Any, now: float) -> Reply:
+    def get_ignored_children_failures(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetIgnoredChildrenFailures: errors of children under ignoreDependencyOnFailure."""
         parent = self.state.jobs.get(command.id)
         return {"ok": True, "values": (parent.ignored_failures if parent else None) or {}}

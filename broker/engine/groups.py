@@ -20,6 +20,7 @@ from .errors import EngineError
 from .keys import UNIQUE
 from .model import ACTIVE, FAILED, QUEUED_STATES, WAITING_CHILDREN, Job
 from .queues import QueueState
+from .sink import ReplySink
 from .state import NOT_STARTED, EngineState
 
 Reply = dict[str, Any]
@@ -107,35 +108,35 @@ class GroupHandlers:
         self.state.dirty_queues.add(queue)  # a lifted limit may serve parked pulls
         return before != value
 
-    def set_group_concurrency(self, session: Any, command: Any, now: float) -> Reply:
+    def set_group_concurrency(self, session: ReplySink, command: Any, now: float) -> Reply:
         """SetGroupConcurrency."""
         self._set_group(command, "concurrency", command.concurrency)
         return {"ok": True}
 
-    def get_group_concurrency(self, session: Any, command: Any, now: float) -> Reply:
+    def get_group_concurrency(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetGroupConcurrency: the setting, or null."""
         settings = self._group_setting(command.queue, command.groupId) or {}
         return {"ok": True, "data": {"concurrency": settings.get("concurrency")}}
 
-    def remove_group_concurrency(self, session: Any, command: Any, now: float) -> Reply:
+    def remove_group_concurrency(self, session: ReplySink, command: Any, now: float) -> Reply:
         """RemoveGroupConcurrency: whether there was one."""
         return {"ok": True, "data": {"removed": self._set_group(command, "concurrency", None)}}
 
-    def set_group_rate_limit(self, session: Any, command: Any, now: float) -> Reply:
+    def set_group_rate_limit(self, session: ReplySink, command: Any, now: float) -> Reply:
         """SetGroupRateLimit: at most `max` starts per `duration` ms."""
         self._set_group(command, "limit", {"max": command.max, "duration": command.duration})
         return {"ok": True}
 
-    def get_group_rate_limit(self, session: Any, command: Any, now: float) -> Reply:
+    def get_group_rate_limit(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetGroupRateLimit: `{max, duration}`, or null."""
         settings = self._group_setting(command.queue, command.groupId) or {}
         return {"ok": True, "data": {"limit": settings.get("limit")}}
 
-    def remove_group_rate_limit(self, session: Any, command: Any, now: float) -> Reply:
+    def remove_group_rate_limit(self, session: ReplySink, command: Any, now: float) -> Reply:
         """RemoveGroupRateLimit: whether there was one."""
         return {"ok": True, "data": {"removed": self._set_group(command, "limit", None)}}
 
-    def get_group_rate_limit_ttl(self, session: Any, command: Any, now: float) -> Reply:
+    def get_group_rate_limit_ttl(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetGroupRateLimitTtl: ms until the group may start a job again (0: it may now)."""
         queue = self.state.queues.get(command.queue)
         frees = None
@@ -145,39 +146,39 @@ class GroupHandlers:
                 frees = queue.group_frees_at(command.groupId, options)
         return {"ok": True, "data": {"ttl": max(frees - now, 0) if frees else 0}}
 
-    def rate_limit_group(self, session: Any, command: Any, now: float) -> Reply:
+    def rate_limit_group(self, session: ReplySink, command: Any, now: float) -> Reply:
         """RateLimitGroup: no start of the group for `duration` ms."""
         self._set_group(command, "blockedUntil", now + command.duration)
         queue = self.state.queue(command.queue)
         self.state.wheel.schedule(now + command.duration, GROUP_WAKE, queue)  # then serve polls
         return {"ok": True}
 
-    def pause_group(self, session: Any, command: Any, now: float) -> Reply:
+    def pause_group(self, session: ReplySink, command: Any, now: float) -> Reply:
         """PauseGroup: whether it was running."""
         return {"ok": True, "data": {"changed": self._set_group(command, "paused", True)}}
 
-    def resume_group(self, session: Any, command: Any, now: float) -> Reply:
+    def resume_group(self, session: ReplySink, command: Any, now: float) -> Reply:
         """ResumeGroup: whether it was paused."""
         return {"ok": True, "data": {"changed": self._set_group(command, "paused", None)}}
 
-    def is_group_paused(self, session: Any, command: Any, now: float) -> Reply:
+    def is_group_paused(self, session: ReplySink, command: Any, now: float) -> Reply:
         """IsGroupPaused."""
         settings = self._group_setting(command.queue, command.groupId) or {}
         return {"ok": True, "data": {"paused": bool(settings.get("paused"))}}
 
-    def group_jobs_count(self, session: Any, command: Any, now: float) -> Reply:
+    def group_jobs_count(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetGroupJobsCount: the group's jobs not yet started."""
         queue = self.state.queues.get(command.queue)
         count = queue.group_pending.get(command.groupId, 0) if queue else 0
         return {"ok": True, "data": {"count": count}}
 
-    def group_active_count(self, session: Any, command: Any, now: float) -> Reply:
+    def group_active_count(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetGroupActiveCount: the group's active jobs."""
         queue = self.state.queues.get(command.queue)
         count = queue.group_active.get(command.groupId, 0) if queue else 0
         return {"ok": True, "data": {"count": count}}
 
-    def groups_jobs_count(self, session: Any, command: Any, now: float) -> Reply:
+    def groups_jobs_count(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetGroupsJobsCount: grouped jobs of the queue not yet started, all groups."""
         queue = self.state.queues.get(command.queue)
         count = sum(queue.group_pending.values()) if queue else 0
@@ -185,7 +186,7 @@ class GroupHandlers:
 
     # -- queue limits and dead letters ---------------------------------------------------------
 
-    def queue_limits(self, session: Any, command: Any, now: float) -> Reply:
+    def queue_limits(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetQueueLimits: the queue's limits and whether they hold starts back now."""
         queue = self.state.queues.get(command.queue) or QueueState(command.queue)
         ttl = 0.0
@@ -205,7 +206,7 @@ class GroupHandlers:
     def _failed_of(self, queue: str) -> list[Job]:
         return [j for j in self.state.jobs.values() if j.queue == queue and j.state == FAILED]
 
-    def dlq_stats(self, session: Any, command: Any, now: float) -> Reply:
+    def dlq_stats(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetDlqStats: the queue's failed jobs by reason, those due for an auto retry, and
         when the oldest and newest failed (trioq drops a failed job as it expires, so
         `expired` is 0)."""
@@ -229,7 +230,7 @@ class GroupHandlers:
         }
         return {"ok": True, "data": {"stats": stats}}
 
-    def remove_dlq_job(self, session: Any, command: Any, now: float) -> Reply:
+    def remove_dlq_job(self, session: ReplySink, command: Any, now: float) -> Reply:
         """RemoveDlqJob: delete one failed job without retrying it."""
         job = self.state.jobs.get(command.jobId)
         removed = job is not None and job.queue == command.queue and job.state == FAILED
@@ -239,12 +240,12 @@ class GroupHandlers:
 
     # -- dedup keys ----------------------------------------------------------------------------
 
-    def dedup_job_id(self, session: Any, command: Any, now: float) -> Reply:
+    def dedup_job_id(self, session: ReplySink, command: Any, now: float) -> Reply:
         """GetDeduplicationJobId: the job holding the key, or null."""
         owner = self.state.key_owner(UNIQUE, command.queue, command.deduplicationId, now)
         return {"ok": True, "data": {"jobId": owner}}
 
-    def remove_dedup_key(self, session: Any, command: Any, now: float) -> Reply:
+    def remove_dedup_key(self, session: ReplySink, command: Any, now: float) -> Reply:
         """RemoveDeduplicationKey: 1 when a job held the key (it no longer does), else 0."""
         owner = self.state.key_owner(UNIQUE, command.queue, command.deduplicationId, now)
         if owner is None:
@@ -252,7 +253,7 @@ class GroupHandlers:
         self._drop_unique_key(command.queue, command.deduplicationId, owner)
         return {"ok": True, "data": {"count": 1}}
 
-    def remove_job_dedup_key(self, session: Any, command: Any, now: float) -> Reply:
+    def remove_job_dedup_key(self, session: ReplySink, command: Any, now: float) -> Reply:
         """RemoveJobDeduplicationKey: whether the job held its uniqueKey (it no longer does)."""
         job = self.state.jobs.get(command.id)
         key = job.unique_key if job is not None else None
@@ -271,7 +272,7 @@ class GroupHandlers:
 
     # -- flow edits ----------------------------------------------------------------------------
 
-    def move_to_waiting_children(self, session: Any, command: Any, now: float) -> Reply:
+    def move_to_waiting_children(self, session: ReplySink, command: Any, now: float) -> Reply:
         """MoveToWaitingChildren: an active job (token if leased) waits for its unfinished
         dependencies and children (those attached while it ran, by UpdateParent); with none
         left it stays active and the answer is `moved: false` (BullMQ's rule)."""
@@ -290,7 +291,7 @@ class GroupHandlers:
         self.state.wait_for_children(job, now)
         return {"ok": True, "data": {"moved": True}}
 
-    def remove_child_dependency(self, session: Any, command: Any, now: float) -> Reply:
+    def remove_child_dependency(self, session: ReplySink, command: Any, now: float) -> Reply:
         """RemoveChildDependency: detach a not-yet-finished child from its waiting parent;
         the parent runs once nothing else is pending. `removed: false` when there was no
         such edge to drop."""
@@ -314,7 +315,7 @@ class GroupHandlers:
         self.state.drop_dependency(parent, child.id, now)  # type: ignore[arg-type]
         return {"ok": True, "removed": True}
 
-    def remove_unprocessed_children(self, session: Any, command: Any, now: float) -> Reply:
+    def remove_unprocessed_children(self, session: ReplySink, command: Any, now: float) -> Reply:
         """RemoveUnprocessedChildren: the parent's children that have not started are removed
         (active and finished ones stay); the parent stops waiting for them."""
         parent = self.state.jobs.get(command.id)
@@ -331,7 +332,7 @@ class GroupHandlers:
 
     # -- dashboard -----------------------------------------------------------------------------
 
-    def dashboard_overview(self, session: Any, command: Any, now: float) -> Reply:
+    def dashboard_overview(self, session: ReplySink, command: Any, now: float) -> Reply:
         """DashboardOverview: broker-wide counts and totals, workers and crons."""
         stats = self.stats(session, command, now)["stats"]  # type: ignore[attr-defined]
         totals = self.state.totals
@@ -352,7 +353,7 @@ class GroupHandlers:
         }
         return {"ok": True, "data": data}
 
-    def dashboard_queues(self, session: Any, command: Any, now: float) -> Reply:
+    def dashboard_queues(self, session: ReplySink, command: Any, now: float) -> Reply:
         """DashboardQueues: every queue's counts."""
         queues = [
             {
@@ -368,7 +369,7 @@ class GroupHandlers:
         ]
         return {"ok": True, "data": {"queues": queues, "timestamp": now}}
 
-    def dashboard_queue(self, session: Any, command: Any, now: float) -> Reply:
+    def dashboard_queue(self, session: ReplySink, command: Any, now: float) -> Reply:
         """DashboardQueue: one queue's counts (paused view), priorities and DLQ preview."""
         counts = self.get_job_counts(session, command, now)["counts"]  # type: ignore[attr-defined]
         priorities = self.counts_per_priority(session, command, now)["counts"]  # type: ignore[attr-defined]

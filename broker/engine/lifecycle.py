@@ -26,6 +26,7 @@ from .model import (
     WAITING_CHILDREN,
     Job,
 )
+from .sink import ReplySink
 from .state import EngineState
 
 MAX_LOGS = 100
@@ -74,7 +75,7 @@ class LifecycleHandlers:
 
     # -- logs ----------------------------------------------------------------------------------
 
-    def add_log(self, session: Any, command: cmd.AddLog, now: float) -> Reply:
+    def add_log(self, session: ReplySink, command: cmd.AddLog, now: float) -> Reply:
         """AddLog: keep at most 100 lines (or the job's keepLogs), oldest dropped."""
         job = self._job(command.id, "Job not found")
         logs = job.logs if job.logs is not None else []
@@ -88,7 +89,7 @@ class LifecycleHandlers:
         self.state.touch(job)
         return {"ok": True, "data": {"added": True}}
 
-    def get_logs(self, session: Any, command: cmd.GetLogs, now: float) -> Reply:
+    def get_logs(self, session: ReplySink, command: cmd.GetLogs, now: float) -> Reply:
         """GetLogs: lines `start`..`end` (inclusive, negative from the end) and the total."""
         job = self.state.jobs.get(command.id)
         logs = (job.logs or []) if job is not None else []
@@ -99,7 +100,7 @@ class LifecycleHandlers:
             page = logs[start : command.end + 1]
         return {"ok": True, "data": {"logs": page, "count": len(logs)}}
 
-    def clear_logs(self, session: Any, command: cmd.ClearLogs, now: float) -> Reply:
+    def clear_logs(self, session: ReplySink, command: cmd.ClearLogs, now: float) -> Reply:
         """ClearLogs: keep the newest `keepLogs` lines (0: none); unknown jobs are a no-op."""
         job = self.state.jobs.get(command.id)
         if job is not None and job.logs:
@@ -118,7 +119,7 @@ class LifecycleHandlers:
             return None
         return job
 
-    def extend_lock(self, session: Any, command: cmd.ExtendLock, now: float) -> Reply:
+    def extend_lock(self, session: ReplySink, command: cmd.ExtendLock, now: float) -> Reply:
         """ExtendLock: the lease runs `duration` ms from now (omitted: its current TTL)."""
         job = self._leased(command.id, command.token)
         if job is None:
@@ -127,7 +128,7 @@ class LifecycleHandlers:
         self.state.renew_lease(job, now, ttl)
         return {"ok": True}
 
-    def extend_locks(self, session: Any, command: cmd.ExtendLocks, now: float) -> Reply:
+    def extend_locks(self, session: ReplySink, command: cmd.ExtendLocks, now: float) -> Reply:
         """ExtendLocks: how many of the leases were extended."""
         count = 0
         for job_id, token, duration in zip(
@@ -141,7 +142,7 @@ class LifecycleHandlers:
 
     # -- transitions ---------------------------------------------------------------------------
 
-    def change_delay(self, session: Any, command: cmd.ChangeDelay, now: float) -> Reply:
+    def change_delay(self, session: ReplySink, command: cmd.ChangeDelay, now: float) -> Reply:
         """ChangeDelay: a queued job runs `delay` ms from now; an active one goes back."""
         job = self.state.jobs.get(command.id)
         if job is not None and job.state == ACTIVE:
@@ -153,7 +154,7 @@ class LifecycleHandlers:
         self.state.reschedule(job, now, now + command.delay)
         return {"ok": True}
 
-    def move_to_delayed(self, session: Any, command: cmd.MoveToDelayed, now: float) -> Reply:
+    def move_to_delayed(self, session: ReplySink, command: cmd.MoveToDelayed, now: float) -> Reply:
         """MoveToDelayed: an active job goes back (token if leased), and a waiting, delayed or
         prioritized one is re-delayed, to run `delay` ms from now."""
         job = self.state.jobs.get(command.id)
@@ -168,7 +169,7 @@ class LifecycleHandlers:
         self.state.release(job, now, now + command.delay)
         return {"ok": True}
 
-    def move_to_wait(self, session: Any, command: cmd.MoveToWait, now: float) -> Reply:
+    def move_to_wait(self, session: ReplySink, command: cmd.MoveToWait, now: float) -> Reply:
         """MoveToWait: active -> waiting (token if leased), delayed -> ready, failed -> retried."""
         job = self.state.jobs.get(command.id)
         state = job.state if job is not None else UNKNOWN
@@ -183,7 +184,7 @@ class LifecycleHandlers:
             self.state.revive(job, now)
         return {"ok": True}
 
-    def promote(self, session: Any, command: cmd.Promote, now: float) -> Reply:
+    def promote(self, session: ReplySink, command: cmd.Promote, now: float) -> Reply:
         """Promote: a delayed job is ready now."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state != DELAYED:
@@ -191,7 +192,7 @@ class LifecycleHandlers:
         self.state.reschedule(job, now, now)
         return {"ok": True}
 
-    def promote_jobs(self, session: Any, command: cmd.PromoteJobs, now: float) -> Reply:
+    def promote_jobs(self, session: ReplySink, command: cmd.PromoteJobs, now: float) -> Reply:
         """PromoteJobs: the queue's delayed jobs (soonest first, up to `count`) are ready now."""
         queue = self.state.queues.get(command.queue)
         delayed = sorted(queue.delayed, key=lambda job: (job.run_at, job.id)) if queue else []
@@ -201,7 +202,7 @@ class LifecycleHandlers:
             self.state.reschedule(job, now, now)
         return {"ok": True, "count": len(delayed)}
 
-    def change_priority(self, session: Any, command: cmd.ChangePriority, now: float) -> Reply:
+    def change_priority(self, session: ReplySink, command: cmd.ChangePriority, now: float) -> Reply:
         """ChangePriority: a queued job takes its new place."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in QUEUED_STATES:
@@ -215,7 +216,7 @@ class LifecycleHandlers:
             self.state.touch(job)
         return {"ok": True}
 
-    def update(self, session: Any, command: cmd.Update, now: float) -> Reply:
+    def update(self, session: ReplySink, command: cmd.Update, now: float) -> Reply:
         """Update: replace the data of a job that has not finished."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in (*QUEUED_STATES, ACTIVE, WAITING_CHILDREN):
@@ -224,7 +225,7 @@ class LifecycleHandlers:
         self.state.touch(job)
         return {"ok": True}
 
-    def cancel(self, session: Any, command: cmd.Cancel, now: float) -> Reply:
+    def cancel(self, session: ReplySink, command: cmd.Cancel, now: float) -> Reply:
         """Cancel: remove a job that has not started (queued or waiting for dependencies)."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in (*QUEUED_STATES, WAITING_CHILDREN):
@@ -232,7 +233,7 @@ class LifecycleHandlers:
         self.state.remove(job)
         return {"ok": True}
 
-    def discard(self, session: Any, command: cmd.Discard, now: float) -> Reply:
+    def discard(self, session: ReplySink, command: cmd.Discard, now: float) -> Reply:
         """Discard: a queued or active job fails at once, without retries."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in (*QUEUED_STATES, ACTIVE, WAITING_CHILDREN):
@@ -244,7 +245,7 @@ class LifecycleHandlers:
 
     # -- progress and waiting ------------------------------------------------------------------
 
-    def progress(self, session: Any, command: cmd.Progress, now: float) -> Reply:
+    def progress(self, session: ReplySink, command: cmd.Progress, now: float) -> Reply:
         """Progress: an active job reports how far it got (also a heartbeat)."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state != ACTIVE:
@@ -256,14 +257,14 @@ class LifecycleHandlers:
         self.state.emit("progress", job, progress=command.progress)
         return {"ok": True}
 
-    def get_progress(self, session: Any, command: cmd.GetProgress, now: float) -> Reply:
+    def get_progress(self, session: ReplySink, command: cmd.GetProgress, now: float) -> Reply:
         """GetProgress: an active job's progress and message."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state != ACTIVE:
             raise EngineError("Job not found or not active")
         return {"ok": True, "progress": job.progress, "message": job.progress_message}
 
-    def wait_job(self, session: Any, command: cmd.WaitJob, now: float) -> Reply | None:
+    def wait_job(self, session: ReplySink, command: cmd.WaitJob, now: float) -> Reply | None:
         """WaitJob: answer when the job completes (or fails), or after `timeout` ms."""
         job = self._job(command.id, "Job not found")
         if job.state in (COMPLETED, FAILED):
@@ -281,7 +282,7 @@ class LifecycleHandlers:
         while finished:
             job = finished.pop()
             for session, req_id in self.job_waiters.pop(job.id, ()):
-                session.reply(finished_reply(job), req_id)
+                session.stage_reply(finished_reply(job), req_id)
 
     def wait_timed_out(self, target: tuple[str, Any, Any]) -> None:
         """A WaitJob's time is up: answer `completed: false` if it is still waiting."""
@@ -291,11 +292,11 @@ class LifecycleHandlers:
             waiting.remove((session, req_id))
             if not waiting:
                 del self.job_waiters[job_id]
-            session.reply({"ok": True, "completed": False}, req_id)
+            session.stage_reply({"ok": True, "completed": False}, req_id)
 
     # -- housekeeping --------------------------------------------------------------------------
 
-    def compact_memory(self, session: Any, command: Any, now: float) -> Reply:
+    def compact_memory(self, session: ReplySink, command: Any, now: float) -> Reply:
         """CompactMemory: drop stale heap and timer entries and idle empty queues."""
         self.state.compact()
         return {"ok": True}

@@ -18,6 +18,7 @@ from .deadlines import GROUP_WAKE, POLL
 from .model import ACTIVE, Job, next_occurrence_of, uuid7
 from .queues import JOB, QueueState, Waiter
 from .schedule import next_occurrence
+from .sink import ReplySink
 
 if TYPE_CHECKING:
     from .state import EngineState
@@ -43,9 +44,9 @@ class PullHandlers:
                 waiter = queue.waiters.popleft()
                 if not waiter.done and not waiter.session.closed:
                     waiter.done = True
-                    waiter.session.reply(self._pulled(waiter, [], []), waiter.req_id)
+                    waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
 
-    def pull(self, session: Any, command: cmd.Pull, now: float) -> Reply | None:
+    def pull(self, session: ReplySink, command: cmd.Pull, now: float) -> Reply | None:
         """PULL/PULLB: claim ready jobs now, or park until one arrives or the timeout passes."""
         batch = isinstance(command, cmd.PullBatch)
         count = command.count if batch else 1  # type: ignore[attr-defined]
@@ -161,5 +162,5 @@ class PullHandlers:
                 waiters.appendleft(waiter)
                 break
             waiter.done = True
-            waiter.session.reply(self._pulled(waiter, jobs, tokens), waiter.req_id)
+            waiter.session.stage_reply(self._pulled(waiter, jobs, tokens), waiter.req_id)
         drop_answered(waiters)

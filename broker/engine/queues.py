@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .model import COUNTED_STATES, PRIORITIZED, READY_STATES, WAITING, Job
+from .sink import ReplySink
 
 if TYPE_CHECKING:
     from .deadlines import Retention
@@ -34,7 +35,7 @@ JOB = 5
 class Waiter:
     """A parked PULL or PULLB: who asked, for how many, and whether it has been answered."""
 
-    session: Any
+    session: ReplySink
     req_id: Any
     command: Any
     count: int

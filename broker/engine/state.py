@@ -61,6 +61,7 @@ from .model import (
     uuid7,
 )
 from .queues import QueueState
+from .sink import ReplySink
 from .telemetry import QueueTelemetry
 from .timers import TimerWheel
 
@@ -96,6 +97,9 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.failed = Retention(FAILED, keep_failed, keep_failed_ms)
         self._seq = itertools.count()
         self.dirty_queues: set[QueueState] = set()
+        # The jobs each connection pulled without a lease (requeued when it goes), kept here
+        # and not on the connection: the engine never writes a transport's fields.
+        self.holdings: dict[ReplySink, set[str]] = {}
         # Change tracking for the store: jobs written or deleted since the last commit.
         self.tracking = False
         # The time of the current pass (Engine.tick sets it), for job timelines.
@@ -401,7 +405,12 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self.dirty_queues.add(queue)
 
     def claim(
-        self, job: Job, now: float, owner: str | None, lock_ttl: float, holder: Any = None
+        self,
+        job: Job,
+        now: float,
+        owner: str | None,
+        lock_ttl: float,
+        holder: ReplySink | None = None,
     ) -> str | None:
         """Make a popped ready job active; returns the lease token when `owner` is given.
 
@@ -411,7 +420,10 @@ class EngineState(DeadlineRules, DeadLetterRules):
         """
         if holder is not None:
             job.holder = holder
-            holder.held.add(job.id)
+            held = self.holdings.get(holder)
+            if held is None:
+                self.holdings[holder] = held = set()
+            held.add(job.id)
         self._enter(job, ACTIVE, persist=holder is None)
         if job.debounce_id is not None:  # an untimed debounce lasts until the job starts
             self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
@@ -560,8 +572,20 @@ class EngineState(DeadlineRules, DeadLetterRules):
         job.lock_owner = None
         holder = job.holder
         if holder is not None:
-            holder.held.discard(job.id)
+            held = self.holdings.get(holder)
+            if held is not None:
+                held.discard(job.id)
+                if not held:  # an HTTP request never disconnects: drop its entry now
+                    del self.holdings[holder]
             job.holder = None
+
+    def requeue_holdings(self, sink: ReplySink, now: float) -> None:
+        """A connection went: the jobs it pulled without a lease and did not settle are
+        ready again (no attempt spent)."""
+        for job_id in self.holdings.pop(sink, ()):
+            job = self.jobs.get(job_id)
+            if job is not None and job.state == ACTIVE and job.holder is sink:
+                self.requeue(job, now)
 
     def requeue(self, job: Job, now: float) -> None:
         """Put an active job back, ready at its old run time (disconnect, lease expiry)."""

@@ -1,9 +1,9 @@
 """A client session: what one connection owns, independent of the transport.
 
-The engine answers by calling `reply`, which stages an encoded frame. Staged frames are released
-to the writer only by `release`, which the actor calls after the batch is committed, so a client
-never hears `ok` for a change that is not yet stored. Replies the connection makes itself (Hello,
-Ping, errors) are released at once.
+The engine answers by calling `stage_reply`, which stages an encoded frame. Staged frames are
+released to the writer only by `send_staged`, which the actor calls after the batch is committed,
+so a client never hears `ok` for a change that is not yet stored. Replies the connection makes
+itself (Hello, Ping, errors) are released at once.
 
 The in-flight count covers every command read and not yet answered on the wire, whether the
 engine or the connection answers it; the reader waits while it is at the limit, so a client that
@@ -25,7 +25,7 @@ _ids = itertools.count(1)
 
 
 class Session:
-    """One connection's state: auth, held jobs, staged and ready reply bytes, flow control."""
+    """One connection's state: auth, staged and ready reply bytes, flow control."""
 
     def __init__(
         self,
@@ -41,7 +41,6 @@ class Session:
         self._direct_send = direct_send
         self.authenticated = authenticated
         self.closed = False
-        self.held: set[str] = set()
         self.in_flight = 0
         self._staged = bytearray()
         self._staged_count = 0
@@ -54,15 +53,15 @@ class Session:
 
     # -- called by the engine (inside a batch) -------------------------------------------------
 
-    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
-        """Stage a reply; it reaches the client after the actor calls `release`."""
+    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
+        """Stage a reply; it reaches the client after the actor calls `send_staged`."""
         if req_id is not None:
             reply["reqId"] = req_id
         append_frame(self._staged, reply)
         self._staged_count += 1
         self._outbox.add(self)
 
-    def release(self) -> None:
+    def send_staged(self) -> None:
         """Send staged replies: straight to the socket when it is idle, else via the writer."""
         staged = self._staged
         if not staged:

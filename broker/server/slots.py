@@ -17,19 +17,18 @@ class ReplySlot:
 
     def __init__(self, outbox: set[Any]) -> None:
         self.closed = False
-        self.held: set[str] = set()
         self.replies: list[dict[str, Any]] = []
         self._outbox = outbox
         self._answered = trio.Event()
 
-    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
+    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
         """Stage the reply (called by the engine)."""
         if req_id is not None:
             reply["reqId"] = req_id
         self.replies.append(reply)
         self._outbox.add(self)
 
-    def release(self) -> None:
+    def send_staged(self) -> None:
         """The pass is committed: the waiting request may answer."""
         if self.replies:
             self._answered.set()
@@ -62,7 +61,6 @@ class StreamSession:
 
     def __init__(self, outbox: set[Any]) -> None:
         self.closed = False
-        self.held: set[str] = set()
         self.in_flight = 0
         self._outbox = outbox
         self._staged: list[dict[str, Any]] = []
@@ -70,14 +68,14 @@ class StreamSession:
         self._ready_lot = trio.lowlevel.ParkingLot()
         self._capacity_lot = trio.lowlevel.ParkingLot()
 
-    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
+    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
         """Stage a reply (called by the engine)."""
         if req_id is not None:
             reply["reqId"] = req_id
         self._staged.append(reply)
         self._outbox.add(self)
 
-    def release(self) -> None:
+    def send_staged(self) -> None:
         """Hand committed replies to the writer."""
         staged, self._staged = self._staged, []
         if self.closed:

@@ -22,15 +22,14 @@ class RecordingSession:
 
     def __init__(self, outbox: set[Any]) -> None:
         self.closed = False
-        self.held: set[str] = set()
         self.replies: list[dict[str, Any]] = []
         self._outbox = outbox
 
-    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
+    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
         self.replies.append(msgspec.msgpack.decode(msgspec.msgpack.encode(reply)))  # as sent
         self._outbox.add(self)
 
-    def release(self) -> None:
+    def send_staged(self) -> None:
         pass
 
 

@@ -51,16 +51,15 @@ class LoggingSession:
 
     def __init__(self, outbox: set[Any], log: list[str]) -> None:
         self.closed = False
-        self.held: set[str] = set()
         self.staged: list[dict[str, Any]] = []
         self.log = log
         self._outbox = outbox
 
-    def reply(self, reply: dict[str, Any], req_id: Any) -> None:
+    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
         self.staged.append(reply)
         self._outbox.add(self)
 
-    def release(self) -> None:
+    def send_staged(self) -> None:
         if self.staged:
             self.log.append("reply")
             self.staged.clear()

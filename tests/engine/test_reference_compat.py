@@ -341,7 +341,7 @@ def test_subscribe_events_from_another_transport_is_a_clear_error() -> None:
         def __init__(self) -> None:
             self.replies: list[dict[str, object]] = []
 
-        def reply(self, reply: dict[str, object], req_id: object) -> None:
+        def stage_reply(self, reply: dict[str, object], req_id: object) -> None:
             self.replies.append(reply)
 
     session = Session()
