@@ -30,6 +30,7 @@ from .housekeeping import PURGE, Purge, purged_ids
 from .model import Job
 from .records import job_from_row, job_to_row
 from .sink import ReplySink
+from .webhooks import Delivered
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ class Batch:
 
     session: ReplySink
     commands: list[Any]
+
+
+QUEUED = (Batch, Delivered)
+"""Inbox items `submit` sends: while any is queued, nothing runs inline (it could overtake)."""
 
 
 @attrs.frozen
@@ -131,7 +136,7 @@ class EngineActor:
         engine.state.restore_purges([Purge.resumed(r) for r in records if r.kind == PURGE])
         engine.restore_crons(records, now)
         engine.restore_settings(records, now)
-        engine.restore_webhooks(records)
+        engine.webhooks.restore(records)
         self._commit_to(store)  # what the restart itself changed (requeued, expired)
 
     def answer_parked_message(self) -> AnswerParked:
@@ -156,7 +161,7 @@ class EngineActor:
                         items.append(receive.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                self._queued_batches -= sum(isinstance(item, Batch) for item in items)
+                self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
                 self._execute(items)
                 self._commit()
                 self._release()
@@ -165,9 +170,10 @@ class EngineActor:
                     # the accept loop) have their turn before the next pass.
                     await trio.lowlevel.checkpoint()
 
-    async def submit(self, batch: Batch) -> None:
-        """Run a session's batch: at once in the caller's task when the actor is idle (see
-        `submit_inline`), else through the inbox (waiting while it is full)."""
+    async def submit(self, batch: Batch | Delivered) -> None:
+        """Run a session's batch (or apply a webhook delivery's outcome): at once in the
+        caller's task when the actor is idle (see `submit_inline`), else through the inbox
+        (waiting while it is full), behind everything sent before it."""
         if self.submit_inline(batch):
             return
         self._queued_batches += 1
@@ -177,7 +183,7 @@ class EngineActor:
             self._queued_batches -= 1  # not sent
             raise
 
-    def submit_inline(self, batch: Batch) -> bool:
+    def submit_inline(self, batch: Batch | Delivered) -> bool:
         """Run `batch` at once in the caller's task if the actor is idle; else return False.
 
         When the actor is parked on an empty inbox nothing else can be touching the engine
@@ -248,6 +254,8 @@ class EngineActor:
                     engine.execute(session, command, now)
             elif isinstance(item, Disconnect):
                 engine.disconnect(item.session, now)
+            elif isinstance(item, Delivered):
+                engine.webhooks.record_delivery(item)
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
         engine.tick(now)
@@ -271,7 +279,7 @@ class EngineActor:
     def _commit_to(self, store: Store) -> None:
         changed, deleted, sync = self.engine.state.take_changes()
         records, record_deletes = self.engine.take_cron_writes()
-        state_writes = (self.engine.take_settings_writes(), self.engine.take_webhook_writes())
+        state_writes = (self.engine.take_settings_writes(), self.engine.webhooks.take_writes())
         for more, fewer in (*state_writes, self.engine.state.take_purge_writes()):
             records += more
             record_deletes += fewer

@@ -16,7 +16,6 @@ import msgspec
 from protocol import CommandError
 from protocol import commands as cmd
 
-from ..webhooks import Webhook, WebhookHandlers
 from . import errors
 from .admin import AdminHandlers
 from .crons import CRON, Cron, CronHandlers
@@ -48,6 +47,7 @@ from .schedule import (
 )
 from .sink import ReplySink
 from .state import NOT_STARTED, EngineState
+from .webhooks import WebhookRegistry
 from .workers import WorkerRegistry
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,6 @@ class Engine(
     CronHandlers,
     FlowHandlers,
     AdminHandlers,
-    WebhookHandlers,
     GroupHandlers,
 ):
     """The broker's single writer: executes commands against EngineState."""
@@ -98,10 +97,7 @@ class Engine(
         self.workers = WorkerRegistry()
         self.job_waiters: dict[str, list[tuple[Any, Any]]] = {}
         self.started_ms = 0.0
-        self.webhooks: dict[str, Webhook] = {}
-        self.webhook_stats: dict[str, dict[str, Any]] = {}
-        self.changed_webhooks: set[str] = set()
-        self.allow_private_webhooks = False
+        self.webhooks = WebhookRegistry()
         self.crons: dict[str, Cron] = {}
         self.changed_crons: set[str] = set()
         self.prometheus = None
@@ -130,7 +126,7 @@ class Engine(
             **self.cron_handlers(),
             **self.flow_handlers(),
             **self.admin_handlers(),
-            **self.webhook_handlers(),
+            **self.webhooks.routes().table,
             **self.group_handlers(),
         }
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .deadlines import DLQ_RETRY, Retention
+from .deadlines import DLQ_RETRY
 from .model import FAILED, Job
+from .retention import Retention
 
 if TYPE_CHECKING:
     from .queues import QueueState

@@ -63,7 +63,6 @@ class LifecycleHandlers:
             cmd.Cancel: self.cancel,
             cmd.Discard: self.discard,
             cmd.WaitJob: self.wait_job,
-            cmd.SetWebhookEnabled: self.set_webhook_enabled,  # type: ignore[attr-defined]
             cmd.CompactMemory: self.compact_memory,
         }
 

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from .model import COUNTED_STATES, PRIORITIZED, READY_STATES, WAITING, Job
+from .retention import Retention
 from .sink import ReplySink
-
-if TYPE_CHECKING:
-    from .deadlines import Retention
 
 # Entry layout: (-priority, group priority, lifo first, run time or -seq, seq, job).
 SEQ = 4

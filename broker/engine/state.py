@@ -31,8 +31,6 @@ from .deadlines import (
     PROMOTE,
     TTL_REASON,
     DeadlineRules,
-    Retention,
-    mark_finished,
     retry_delay,
 )
 from .dlq import DeadLetterRules
@@ -61,6 +59,7 @@ from .model import (
     uuid7,
 )
 from .queues import QueueState
+from .retention import Retention, mark_finished
 from .sink import ReplySink
 from .telemetry import QueueTelemetry
 from .timers import TimerWheel

@@ -1,0 +1,60 @@
+"""Retention: the finished jobs of one kind, kept up to a count and an age.
+
+A leaf module (it imports only the model), so queues.py (a queue's dead-letter caps) and
+deadlines.py (the timers that age entries out) can both use it without importing each other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+
+from .model import Job
+
+_finishes = itertools.count(1)
+
+
+def mark_finished(job: Job) -> None:
+    """Give a job that just finished (completed or failed) a new finish number: the entries of
+    its earlier finishes, in every Retention, stop being current."""
+    job.retained_seq = next(_finishes)
+
+
+class Retention:
+    """Finished jobs of one kind (completed or failed), oldest first, kept up to a count and
+    an age. Entries are (finished_at, seq, job); an entry is current while its job is still in
+    this state under the same finish number (`retained_seq`, see `mark_finished`): a job
+    retried and finished again gets a new entry, and its old one is stale. One job may be in
+    several Retentions (the broker-wide one and its queue's dead-letter caps). `count` is the
+    number of jobs in the state, kept by EngineState as jobs enter and leave it."""
+
+    def __init__(self, state: str, limit: float, max_age_ms: float) -> None:
+        self.state = state
+        self.limit = limit
+        self.max_age_ms = max_age_ms
+        self.entries: deque[tuple[float, int, Job]] = deque()
+        self.count = 0
+        self.stale = 0  # entries no longer current (see housekeeping.py)
+        self.armed_at: float | None = None  # when its pending age timer fires, if it has one
+
+    def add(self, job: Job, finished_at: float) -> None:
+        """Keep `job`, finished at `finished_at` (call in finishing order, after
+        `mark_finished`)."""
+        self.entries.append((finished_at, job.retained_seq, job))
+
+    def compact(self) -> None:
+        """Drop the entries that are no longer current."""
+        self.entries = deque(entry for entry in self.entries if self.current(entry))
+        self.stale = 0
+
+    def current(self, entry: tuple[float, int, Job]) -> bool:
+        """Whether the entry still describes its job."""
+        _, seq, job = entry
+        return job.state == self.state and job.retained_seq == seq
+
+    def next_expiry(self) -> float | None:
+        """When the oldest entry reaches the age limit (None when empty or ageless)."""
+        if not self.entries or self.max_age_ms == math.inf:
+            return None
+        return self.entries[0][0] + self.max_age_ms
