@@ -134,7 +134,7 @@ class EngineActor:
             await trio.lowlevel.checkpoint()
         del jobs
         engine.state.restore_purges([Purge.resumed(r) for r in records if r.kind == PURGE])
-        engine.restore_crons(records, now)
+        engine.crons.restore(records, now)
         engine.restore_settings(records, now)
         engine.webhooks.restore(records)
         self._commit_to(store)  # what the restart itself changed (requeued, expired)
@@ -278,7 +278,7 @@ class EngineActor:
 
     def _commit_to(self, store: Store) -> None:
         changed, deleted, sync = self.engine.state.take_changes()
-        records, record_deletes = self.engine.take_cron_writes()
+        records, record_deletes = self.engine.crons.take_writes()
         state_writes = (self.engine.take_settings_writes(), self.engine.webhooks.take_writes())
         for more, fewer in (*state_writes, self.engine.state.take_purge_writes()):
             records += more

@@ -18,7 +18,7 @@ from protocol import commands as cmd
 
 from . import errors
 from .admin import AdminHandlers
-from .crons import CRON, Cron, CronHandlers
+from .crons import CRON, CronScheduler
 from .deadlines import GROUP_WAKE, WAIT_JOB
 from .errors import EngineError
 from .flows import FlowHandlers, find_cycle
@@ -85,7 +85,6 @@ def already_finalized() -> Reply:
 class Engine(
     PullHandlers,
     LifecycleHandlers,
-    CronHandlers,
     FlowHandlers,
     AdminHandlers,
     GroupHandlers,
@@ -98,8 +97,7 @@ class Engine(
         self.job_waiters: dict[str, list[tuple[Any, Any]]] = {}
         self.started_ms = 0.0
         self.webhooks = WebhookRegistry()
-        self.crons: dict[str, Cron] = {}
-        self.changed_crons: set[str] = set()
+        self.crons = CronScheduler(self.state)
         self.prometheus = None
         self._handlers: dict[type, Any] = {
             cmd.Push: self.push,
@@ -123,7 +121,7 @@ class Engine(
             cmd.SubscribeEvents: self.connection_only,
             cmd.UnsubscribeEvents: self.connection_only,
             **self.lifecycle_handlers(),
-            **self.cron_handlers(),
+            **self.crons.routes().table,
             **self.flow_handlers(),
             **self.admin_handlers(),
             **self.webhooks.routes().table,
@@ -171,7 +169,7 @@ class Engine(
                 self.state.dirty_queues.add(target)
                 continue
             if kind == CRON:
-                self.fire_cron(target, token, now)
+                self.crons.fire(target, token, now)
                 continue
             waiter = target
             if not waiter.done:

@@ -23,6 +23,7 @@ from store import Record
 from .errors import EngineError
 from .keys import UNIQUE
 from .model import QUEUED_STATES, Job, uuid7
+from .routing import Routes
 from .schedule import ScheduleError, check_pattern, next_every, next_fire, zone
 from .sink import ReplySink
 from .state import EngineState
@@ -90,21 +91,30 @@ def cron_from_record(record: Record) -> Cron:
     return Cron(**_decode(record.body))
 
 
-class CronHandlers:
-    """Cron, CronGet, CronDelete, CronList, and firing (mixed into Engine)."""
+class CronScheduler:
+    """The crons: a component of the engine. Owns the crons and which of them changed since
+    the last commit; answers Cron, CronGet, CronDelete, CronList (`routes`) and fires crons
+    (`fire`, called by the engine for a due CRON timer). Of the rest of the engine it uses
+    EngineState only: to push a run (`add`), look up and remove a queued run by its overlap
+    key, and arm its timer on the wheel."""
 
-    state: EngineState
-    crons: dict[str, Cron]
-    changed_crons: set[str]
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+        self.crons: dict[str, Cron] = {}
+        self.changed_crons: set[str] = set()
 
-    def cron_handlers(self) -> dict[type, Any]:
-        """Command type -> handler, for the engine's dispatch table."""
-        return {
-            cmd.CronUpsert: self.cron_upsert,
-            cmd.CronGet: self.cron_get,
-            cmd.CronDelete: self.cron_delete,
-            cmd.CronList: self.cron_list,
-        }
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.CronUpsert, self.cron_upsert)
+        routes.add(cmd.CronGet, self.cron_get)
+        routes.add(cmd.CronDelete, self.cron_delete)
+        routes.add(cmd.CronList, self.cron_list)
+        return routes
+
+    def summaries(self) -> list[Reply]:
+        """Every cron as CronList shows it."""
+        return [cron.summary() for cron in self.crons.values()]
 
     def cron_upsert(self, session: ReplySink, command: cmd.CronUpsert, now: float) -> Reply:
         """Cron: create or replace; executions carry over; `immediately` fires a new one now."""
@@ -160,7 +170,7 @@ class CronHandlers:
 
     def cron_list(self, session: ReplySink, command: cmd.CronList, now: float) -> Reply:
         """CronList."""
-        return {"ok": True, "crons": [cron.summary() for cron in self.crons.values()]}
+        return {"ok": True, "crons": self.summaries()}
 
     def _cron_changed(self, name: str) -> None:
         if self.state.tracking:  # only a store needs to hear of it
@@ -172,7 +182,7 @@ class CronHandlers:
         self._cron_changed(cron.name)
         self.state.wheel.schedule(cron.next_run, CRON, cron, cron.generation)
 
-    def fire_cron(self, cron: Cron, generation: int, now: float) -> None:
+    def fire(self, cron: Cron, generation: int, now: float) -> None:
         """A cron's time came: push its job (unless the last one still runs), move on."""
         if self.crons.get(cron.name) is not cron or cron.generation != generation:
             return
@@ -194,7 +204,7 @@ class CronHandlers:
             return
         self._arm_cron(cron)
 
-    def restore_crons(self, records: list[Record], now: float) -> None:
+    def restore(self, records: list[Record], now: float) -> None:
         """Load stored crons; a run missed while down is skipped or fired once (see above)."""
         for record in records:
             if record.kind != CRON:
@@ -207,7 +217,7 @@ class CronHandlers:
                 continue
             self._arm_cron(cron)
 
-    def take_cron_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
+    def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Crons to write and to delete since the last commit."""
         writes, deletes = [], []
         for name in self.changed_crons:

@@ -9,7 +9,7 @@ queue for them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol import groups as cmd
 
@@ -21,6 +21,10 @@ from .keys import UNIQUE
 from .model import ACTIVE, FAILED, QUEUED_STATES, WAITING_CHILDREN, Job
 from .queues import QueueState
 from .sink import ReplySink
+
+if TYPE_CHECKING:
+    from .crons import CronScheduler
+    from .workers import WorkerRegistry
 from .state import NOT_STARTED, EngineState
 
 Reply = dict[str, Any]
@@ -48,8 +52,8 @@ class GroupHandlers:
 
     state: EngineState
     started_ms: float
-    crons: dict[str, Any]
-    workers: Any
+    crons: CronScheduler
+    workers: WorkerRegistry
 
     def _active_job(self, job_id: str, token: str | None) -> Job:  # provided by Engine
         raise NotImplementedError
@@ -348,7 +352,7 @@ class GroupHandlers:
             "stats": stats,
             "memory": {"rss": rss_mib()},
             "workers": {"total": len(workers), "active": active, "list": workers},
-            "crons": [cron.summary() for cron in self.crons.values()],
+            "crons": self.crons.summaries(),
             "timestamp": now,
         }
         return {"ok": True, "data": data}
