@@ -135,7 +135,7 @@ class EngineActor:
         del jobs
         engine.state.restore_purges([Purge.resumed(r) for r in records if r.kind == PURGE])
         engine.crons.restore(records, now)
-        engine.restore_settings(records, now)
+        engine.settings.restore(records, now)
         engine.webhooks.restore(records)
         self._commit_to(store)  # what the restart itself changed (requeued, expired)
 
@@ -279,7 +279,7 @@ class EngineActor:
     def _commit_to(self, store: Store) -> None:
         changed, deleted, sync = self.engine.state.take_changes()
         records, record_deletes = self.engine.crons.take_writes()
-        state_writes = (self.engine.take_settings_writes(), self.engine.webhooks.take_writes())
+        state_writes = (self.engine.settings.take_writes(), self.engine.webhooks.take_writes())
         for more, fewer in (*state_writes, self.engine.state.take_purge_writes()):
             records += more
             record_deletes += fewer

@@ -1,7 +1,7 @@
 """Handlers for the rest of a job's life: logs, leases, transitions, progress, WaitJob.
 
-A mixin of Engine (it uses the engine's state and its lease check); each handler checks
-first and mutates after, like the core handlers.
+A component. It owns the WaitJob requests (`job_waiters`); the jobs are EngineState's, the
+lease checks leases.py's. Each handler checks first and mutates after, like jobs.py's.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from protocol.jobspec import check_group_priority
 
 from .deadlines import WAIT_JOB
 from .errors import EngineError
+from .leases import active_job, leased
 from .model import (
     ACTIVE,
     COMPLETED,
@@ -26,6 +27,7 @@ from .model import (
     WAITING_CHILDREN,
     Job,
 )
+from .routing import Routes
 from .sink import ReplySink
 from .state import EngineState
 
@@ -34,45 +36,42 @@ LOCK_INVALID = "Lock not found or invalid token"
 Reply = dict[str, Any]
 
 
-class LifecycleHandlers:
-    """Logs, leases, transitions, progress and WaitJob (mixed into Engine)."""
+class Lifecycle:
+    """Logs, leases, transitions, progress and WaitJob."""
 
-    state: EngineState
-    job_waiters: dict[str, list[tuple[Any, Any]]]
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+        # WaitJob requests by job id: (sink, reqId), answered when the job finishes.
+        self.job_waiters: dict[str, list[tuple[ReplySink, Any]]] = {}
 
-    def _active_job(self, job_id: str, token: str | None) -> Job:  # provided by Engine
-        raise NotImplementedError
-
-    def lifecycle_handlers(self) -> dict[type, Any]:
-        """Command type -> handler, for the engine's dispatch table."""
-        return {
-            cmd.AddLog: self.add_log,
-            cmd.GetLogs: self.get_logs,
-            cmd.ClearLogs: self.clear_logs,
-            cmd.ExtendLock: self.extend_lock,
-            cmd.ExtendLocks: self.extend_locks,
-            cmd.ChangeDelay: self.change_delay,
-            cmd.MoveToDelayed: self.move_to_delayed,
-            cmd.MoveToWait: self.move_to_wait,
-            cmd.Promote: self.promote,
-            cmd.PromoteJobs: self.promote_jobs,
-            cmd.ChangePriority: self.change_priority,
-            cmd.Update: self.update,
-            cmd.Progress: self.progress,
-            cmd.GetProgress: self.get_progress,
-            cmd.Cancel: self.cancel,
-            cmd.Discard: self.discard,
-            cmd.WaitJob: self.wait_job,
-            cmd.CompactMemory: self.compact_memory,
-        }
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.AddLog, self.add_log)
+        routes.add(cmd.GetLogs, self.get_logs)
+        routes.add(cmd.ClearLogs, self.clear_logs)
+        routes.add(cmd.ExtendLock, self.extend_lock)
+        routes.add(cmd.ExtendLocks, self.extend_locks)
+        routes.add(cmd.ChangeDelay, self.change_delay)
+        routes.add(cmd.MoveToDelayed, self.move_to_delayed)
+        routes.add(cmd.MoveToWait, self.move_to_wait)
+        routes.add(cmd.Promote, self.promote)
+        routes.add(cmd.PromoteJobs, self.promote_jobs)
+        routes.add(cmd.ChangePriority, self.change_priority)
+        routes.add(cmd.Update, self.update)
+        routes.add(cmd.Cancel, self.cancel)
+        routes.add(cmd.Discard, self.discard)
+        routes.add(cmd.Progress, self.progress)
+        routes.add(cmd.GetProgress, self.get_progress)
+        routes.add(cmd.WaitJob, self.wait_job)
+        routes.add(cmd.CompactMemory, self.compact_memory)
+        return routes
 
     def _job(self, job_id: str, error: str) -> Job:
         job = self.state.jobs.get(job_id)
         if job is None:
             raise EngineError(error)
         return job
-
-    # -- logs ----------------------------------------------------------------------------------
 
     def add_log(self, session: ReplySink, command: cmd.AddLog, now: float) -> Reply:
         """AddLog: keep at most 100 lines (or the job's keepLogs), oldest dropped."""
@@ -108,19 +107,9 @@ class LifecycleHandlers:
             self.state.touch(job)
         return {"ok": True}
 
-    # -- leases --------------------------------------------------------------------------------
-
-    def _leased(self, job_id: str, token: str | None) -> Job | None:
-        job = self.state.jobs.get(job_id)
-        if job is None or job.state != ACTIVE or job.lock_token is None:
-            return None
-        if token is not None and token != job.lock_token:
-            return None
-        return job
-
     def extend_lock(self, session: ReplySink, command: cmd.ExtendLock, now: float) -> Reply:
         """ExtendLock: the lease runs `duration` ms from now (omitted: its current TTL)."""
-        job = self._leased(command.id, command.token)
+        job = leased(self.state, command.id, command.token)
         if job is None:
             raise EngineError(LOCK_INVALID)
         ttl = job.lock_ttl if command.duration is None else command.duration
@@ -133,19 +122,17 @@ class LifecycleHandlers:
         for job_id, token, duration in zip(
             command.ids, command.tokens, command.durations, strict=True
         ):
-            job = self._leased(job_id, token)
+            job = leased(self.state, job_id, token)
             if job is not None:
                 self.state.renew_lease(job, now, job.lock_ttl if duration is None else duration)
                 count += 1
         return {"ok": True, "count": count}
 
-    # -- transitions ---------------------------------------------------------------------------
-
     def change_delay(self, session: ReplySink, command: cmd.ChangeDelay, now: float) -> Reply:
         """ChangeDelay: a queued job runs `delay` ms from now; an active one goes back."""
         job = self.state.jobs.get(command.id)
         if job is not None and job.state == ACTIVE:
-            self._active_job(command.id, command.token)
+            active_job(self.state, command.id, command.token)
             self.state.release(job, now, now + command.delay)
             return {"ok": True}
         if job is None or job.state not in QUEUED_STATES:
@@ -164,7 +151,7 @@ class LifecycleHandlers:
             return {"ok": True}
         if job.state != ACTIVE:
             raise EngineError(f"Job is not active (current state: {job.state})")
-        self._active_job(command.id, command.token)
+        active_job(self.state, command.id, command.token)
         self.state.release(job, now, now + command.delay)
         return {"ok": True}
 
@@ -175,7 +162,7 @@ class LifecycleHandlers:
         if job is None or state not in (ACTIVE, DELAYED, FAILED, *READY_STATES):
             raise EngineError(f"Cannot move job from state '{state}' to waiting")
         if state == ACTIVE:
-            self._active_job(command.id, command.token)
+            active_job(self.state, command.id, command.token)
             self.state.release(job, now, now)
         elif state == DELAYED:
             self.state.reschedule(job, now, now)
@@ -238,11 +225,9 @@ class LifecycleHandlers:
         if job is None or job.state not in (*QUEUED_STATES, ACTIVE, WAITING_CHILDREN):
             raise EngineError("Job not found")
         if job.state == ACTIVE:
-            self._active_job(command.id, command.token)
+            active_job(self.state, command.id, command.token)
         self.state.fail(job, now, "Job discarded", False)
         return {"ok": True}
-
-    # -- progress and waiting ------------------------------------------------------------------
 
     def progress(self, session: ReplySink, command: cmd.Progress, now: float) -> Reply:
         """Progress: an active job reports how far it got (also a heartbeat)."""
@@ -292,8 +277,6 @@ class LifecycleHandlers:
             if not waiting:
                 del self.job_waiters[job_id]
             session.stage_reply({"ok": True, "completed": False}, req_id)
-
-    # -- housekeeping --------------------------------------------------------------------------
 
     def compact_memory(self, session: ReplySink, command: Any, now: float) -> Reply:
         """CompactMemory: drop stale heap and timer entries and idle empty queues."""

@@ -5,23 +5,26 @@ limits (stop), and group limits, PULL's and stored ones (pass the job over, keep
 Parked polls are served in arrival order whenever their queue gets a ready job or a freed
 slot, and answered empty when their time is up. A repeating job that starts adds its next
 occurrence.
-A mixin of Engine.
+A component: it owns the parked polls (in each QueueState's `waiters`, keyed by nothing of
+the transport: a poll holds its ReplySink and is skipped once the sink is closed). Group and
+queue limits are read from QueueState (`group_options`, `group_admits`, `take_token`); a claim
+goes through EngineState.claim. It touches nothing else.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 from protocol import commands as cmd
 
 from .deadlines import GROUP_WAKE, POLL
 from .model import ACTIVE, Job, next_occurrence_of, uuid7
 from .queues import JOB, QueueState, Waiter
+from .routing import Routes
 from .schedule import next_occurrence
 from .sink import ReplySink
-
-if TYPE_CHECKING:
-    from .state import EngineState
+from .state import EngineState
 
 Reply = dict[str, Any]
 
@@ -32,10 +35,34 @@ def drop_answered(waiters: Any) -> None:
         waiters.popleft()
 
 
-class PullHandlers:
-    """PULL, PULLB and the long polls they park (mixed into Engine)."""
+class Pulls:
+    """PULL, PULLB and the long polls they park (see the module docstring)."""
 
-    state: EngineState
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.Pull, self.pull)
+        routes.add(cmd.PullBatch, self.pull)
+        return routes
+
+    def answer_empty(self, waiters: Iterable[Waiter]) -> None:
+        """Answer these parked polls with no job (those not answered and still connected)."""
+        for waiter in waiters:
+            if not waiter.done and not waiter.session.closed:
+                waiter.done = True
+                waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
+
+    def poll_timed_out(self, waiter: Waiter) -> None:
+        """A parked poll's time is up: answer it with no job, unless it was answered."""
+        if not waiter.done:
+            waiter.done = True
+            waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
+            # Answered polls leave the queue's deque from the front (timeouts expire
+            # roughly in arrival order), so an idle queue polled forever stays small.
+            drop_answered(self.state.queue(waiter.command.queue).waiters)
 
     def answer_parked(self) -> None:
         """Answer every parked long poll with no job (the broker is shutting down)."""
@@ -151,7 +178,9 @@ class PullHandlers:
             reply["token"] = tokens[0] if tokens else None
         return reply
 
-    def _serve_waiters(self, queue: QueueState, now: float) -> None:
+    def serve_waiters(self, queue: QueueState, now: float) -> None:
+        """Serve the queue's parked polls, in arrival order, while it has ready jobs (those whose
+        jobs all belong to groups at their limit keep waiting)."""
         waiters = queue.waiters
         while waiters and queue.has_ready():
             waiter = waiters.popleft()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from store import Record
@@ -132,6 +132,15 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if queue is None:
             queue = self.queues[name] = QueueState(name)
         return queue
+
+    def jobs_of(self, queue: str, states: Iterable[str] | None = None) -> list[Job]:
+        """The jobs of `queue` (in the given states, else all), in the order they were added."""
+        wanted = None if states is None else set(states)
+        return [
+            job
+            for job in self.jobs.values()
+            if job.queue == queue and (wanted is None or job.state in wanted)
+        ]
 
     def key_owner(self, kind: str, queue: str, key: str, now: float) -> str | None:
         """The id of the job holding a unique or debounce key in `queue`, if any."""

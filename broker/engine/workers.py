@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocol import commands as cmd
+
 from .errors import EngineError
+from .routing import Routes
 from .sink import ReplySink
 
 WORKER_TIMEOUT_MS = 30_000
@@ -20,6 +23,15 @@ class WorkerRegistry:
     def __init__(self) -> None:
         self._workers: dict[str, dict[str, Any]] = {}
         self._sessions: dict[str, ReplySink] = {}
+
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.RegisterWorker, self.register)
+        routes.add(cmd.UnregisterWorker, self.unregister)
+        routes.add(cmd.Heartbeat, self.heartbeat)
+        routes.add(cmd.ListWorkers, self.list)
+        return routes
 
     def register(self, session: ReplySink, command: Any, now: float) -> dict[str, Any]:
         """RegisterWorker: create or refresh a worker record bound to this connection."""
