@@ -112,15 +112,23 @@ class QueueAdmin:
         page = first[command.offset : end]
         return {"ok": True, "jobs": [job.to_wire_with_state() for job in page]}
 
-    def counts_per_priority(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def counts_per_priority(
+        self, session: ReplySink, command: cmd.GetCountsPerPriority, now: float
+    ) -> Reply:
         """GetCountsPerPriority: queued jobs by priority (keys are strings)."""
+        return {"ok": True, "queue": command.queue, "counts": self.priority_counts(command.queue)}
+
+    def priority_counts(self, queue: str) -> dict[str, int]:
+        """The queue's queued jobs by priority, keyed by the priority as a string."""
         counts: dict[str, int] = {}
-        for job in self.state.jobs_of(command.queue, QUEUED_STATES):
+        for job in self.state.jobs_of(queue, QUEUED_STATES):
             key = str(int(job.priority) if float(job.priority).is_integer() else job.priority)
             counts[key] = counts.get(key, 0) + 1
-        return {"ok": True, "queue": command.queue, "counts": counts}
+        return counts
 
-    def job_by_custom_id(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def job_by_custom_id(
+        self, session: ReplySink, command: cmd.GetJobByCustomId, now: float
+    ) -> Reply:
         """GetJobByCustomId."""
         job = self.state.jobs.get(command.customId)
         if job is None or job.custom_id != command.customId:
@@ -140,24 +148,25 @@ class QueueAdmin:
                 count += 1
         return {"ok": True, "count": count}
 
-    def stats(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def stats(self, session: ReplySink, command: cmd.Stats, now: float) -> Reply:
         """Stats: job counts over every queue, uptime, totals."""
+        return {"ok": True, "stats": self.broker_stats(now)}
+
+    def broker_stats(self, now: float) -> dict[str, float]:
+        """Job counts over every queue, uptime and failures since start (Stats, dashboard)."""
         totals: dict[str, int] = {}
         for queue in self.state.queues.values():
             for state, count in queue.counts.items():
                 totals[state] = totals.get(state, 0) + count
         ready = totals.get(WAITING, 0) + totals.get(PRIORITIZED, 0)
         return {
-            "ok": True,
-            "stats": {
-                "waiting": ready,
-                "active": totals.get(ACTIVE, 0),
-                "delayed": totals.get("delayed", 0),
-                "dlq": totals.get(FAILED, 0),
-                "completed": totals.get(COMPLETED, 0),
-                "failed": self.state.totals["failed"],
-                "uptime": now - self.info.started_ms,
-            },
+            "waiting": ready,
+            "active": totals.get(ACTIVE, 0),
+            "delayed": totals.get("delayed", 0),
+            "dlq": totals.get(FAILED, 0),
+            "completed": totals.get(COMPLETED, 0),
+            "failed": self.state.totals["failed"],
+            "uptime": now - self.info.started_ms,
         }
 
     def metrics(self, session: ReplySink, command: cmd.Metrics, now: float) -> Reply:
@@ -180,7 +189,7 @@ class QueueAdmin:
             },
         }
 
-    def prometheus_metrics(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def prometheus_metrics(self, session: ReplySink, command: cmd.Prometheus, now: float) -> Reply:
         """Prometheus: the exposition text the HTTP `/prometheus` route serves."""
         if self.info.prometheus is None:
             raise EngineError("Prometheus metrics are not available")
@@ -191,7 +200,7 @@ class QueueAdmin:
         happen), so there is never anything to trim."""
         return {"ok": True, "data": {"removed": 0}}
 
-    def storage_status(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def storage_status(self, session: ReplySink, command: cmd.StorageStatus, now: float) -> Reply:
         """StorageStatus: a broker whose store fails stops, so a running one is healthy."""
         return {"ok": True, "data": {"diskFull": False, "error": None, "since": None}}
 

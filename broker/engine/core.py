@@ -16,7 +16,7 @@ goes. It never writes a field of a ReplySink: what a connection holds is kept he
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
 
 from protocol import CommandError
 from protocol import commands as cmd
@@ -31,10 +31,10 @@ from .errors import EngineError
 from .flows import Flows
 from .groups import Groups
 from .info import BrokerInfo
-from .jobs import JobCommands, Reply
+from .jobs import JobCommands
 from .lifecycle import Lifecycle
 from .pulls import Pulls
-from .routing import AnyHandler, Routes
+from .routing import AnyHandler, Command, Reply, Routes
 from .settings import QueueSettings
 from .sink import ReplySink
 from .state import EngineState
@@ -75,6 +75,10 @@ class Engine:
         routes.add(cmd.UnsubscribeEvents, self.connection_only)
         self._handlers: dict[type, AnyHandler] = routes.table
 
+    def handles(self, kind: type) -> bool:
+        """Whether commands of type `kind` have a handler here."""
+        return kind in self._handlers
+
     @property
     def started_ms(self) -> float:
         """When the broker started (epoch ms; the actor sets it)."""
@@ -85,15 +89,15 @@ class Engine:
         self.info.started_ms = value
 
     @property
-    def prometheus(self) -> Any:
+    def prometheus(self) -> Callable[[], str] | None:
         """Renders the Prometheus exposition (the app sets it), or None."""
         return self.info.prometheus
 
     @prometheus.setter
-    def prometheus(self, render: Any) -> None:
+    def prometheus(self, render: Callable[[], str] | None) -> None:
         self.info.prometheus = render
 
-    def connection_only(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def connection_only(self, session: ReplySink, command: Command, now: float) -> Reply:
         """A command the TCP connection answers itself, reaching the engine from another
         transport (WebSocket clients subscribe with `Subscribe`)."""
         name = type(command).__name__
@@ -101,7 +105,7 @@ class Engine:
 
     # -- the actor's entry points --------------------------------------------------------------
 
-    def execute(self, session: ReplySink, command: Any, now: float) -> None:
+    def execute(self, session: ReplySink, command: Command, now: float) -> None:
         """Run one command and send its reply to `session` (unless it was parked)."""
         try:
             reply = self._handlers[type(command)](session, command, now)

@@ -47,9 +47,11 @@ class Dashboard:
         routes.add(cmd.DashboardQueue, self.dashboard_queue)
         return routes
 
-    def dashboard_overview(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def dashboard_overview(
+        self, session: ReplySink, command: cmd.DashboardOverview, now: float
+    ) -> Reply:
         """DashboardOverview: broker-wide counts and totals, workers and crons."""
-        stats = self.admin.stats(session, command, now)["stats"]
+        stats = self.admin.broker_stats(now)
         totals = self.state.totals
         stats.update(
             totalPushed=totals["pushed"],
@@ -57,7 +59,7 @@ class Dashboard:
             totalCompleted=totals["completed"],
             totalFailed=totals["failed"],
         )
-        workers = self.workers.list(session, command, now)["data"]["workers"]
+        workers = self.workers.summaries(now)
         active = sum(worker["status"] == "active" for worker in workers)
         data = {
             "stats": stats,
@@ -68,7 +70,9 @@ class Dashboard:
         }
         return {"ok": True, "data": data}
 
-    def dashboard_queues(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def dashboard_queues(
+        self, session: ReplySink, command: cmd.DashboardQueues, now: float
+    ) -> Reply:
         """DashboardQueues: every queue's counts."""
         queues = [
             {
@@ -84,10 +88,10 @@ class Dashboard:
         ]
         return {"ok": True, "data": {"queues": queues, "timestamp": now}}
 
-    def dashboard_queue(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def dashboard_queue(self, session: ReplySink, command: cmd.DashboardQueue, now: float) -> Reply:
         """DashboardQueue: one queue's counts (paused view), priorities and DLQ preview."""
-        counts = self.jobs.get_job_counts(session, command, now)["counts"]
-        priorities = self.admin.counts_per_priority(session, command, now)["counts"]
+        counts = self.jobs.counts_of(command.queue)
+        priorities = self.admin.priority_counts(command.queue)
         failed = self.state.jobs_of(command.queue, (FAILED,))
         failed.sort(key=lambda j: (j.completed_at or 0, j.id))
         preview = [

@@ -95,13 +95,13 @@ class DeadLetterCommands:
         self.state.apply_dlq_config(queue, now, retries=retries_changed)
         return {"ok": True}
 
-    def get_dlq_config(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def get_dlq_config(self, session: ReplySink, command: cmd.GetDlqConfig, now: float) -> Reply:
         """GetDlqConfig: the queue's settings, with the defaults for those it did not set (the
         broker-wide caps standing in for caps it did not set)."""
         queue = self.state.queues.get(command.queue) or QueueState(command.queue)
         return {"ok": True, "config": self.state.dlq_config(queue)}
 
-    def dlq_stats(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def dlq_stats(self, session: ReplySink, command: groups_cmd.GetDlqStats, now: float) -> Reply:
         """GetDlqStats: the queue's failed jobs by reason, those due for an auto retry, and
         when the oldest and newest failed (trioq drops a failed job as it expires, so
         `expired` is 0)."""
@@ -125,7 +125,9 @@ class DeadLetterCommands:
         }
         return {"ok": True, "data": {"stats": stats}}
 
-    def remove_dlq_job(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def remove_dlq_job(
+        self, session: ReplySink, command: groups_cmd.RemoveDlqJob, now: float
+    ) -> Reply:
         """RemoveDlqJob: delete one failed job without retrying it."""
         job = self.state.jobs.get(command.jobId)
         removed = job is not None and job.queue == command.queue and job.state == FAILED

@@ -33,12 +33,16 @@ class DedupKeys:
         routes.add(cmd.RemoveJobDeduplicationKey, self.remove_job_dedup_key)
         return routes
 
-    def dedup_job_id(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def dedup_job_id(
+        self, session: ReplySink, command: cmd.GetDeduplicationJobId, now: float
+    ) -> Reply:
         """GetDeduplicationJobId: the job holding the key, or null."""
         owner = self.state.key_owner(UNIQUE, command.queue, command.deduplicationId, now)
         return {"ok": True, "data": {"jobId": owner}}
 
-    def remove_dedup_key(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def remove_dedup_key(
+        self, session: ReplySink, command: cmd.RemoveDeduplicationKey, now: float
+    ) -> Reply:
         """RemoveDeduplicationKey: 1 when a job held the key (it no longer does), else 0."""
         owner = self.state.key_owner(UNIQUE, command.queue, command.deduplicationId, now)
         if owner is None:
@@ -46,7 +50,9 @@ class DedupKeys:
         self._drop_unique_key(command.queue, command.deduplicationId, owner)
         return {"ok": True, "data": {"count": 1}}
 
-    def remove_job_dedup_key(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def remove_job_dedup_key(
+        self, session: ReplySink, command: cmd.RemoveJobDeduplicationKey, now: float
+    ) -> Reply:
         """RemoveJobDeduplicationKey: whether the job held its uniqueKey (it no longer does)."""
         job = self.state.jobs.get(command.id)
         key = job.unique_key if job is not None else None

@@ -127,7 +127,9 @@ class Flows:
         jobs = self.state.jobs
         return [jobs[i] for i in parent.children_ids if i in jobs]
 
-    def get_children_values(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def get_children_values(
+        self, session: ReplySink, command: cmd.GetChildrenValues, now: float
+    ) -> Reply:
         """GetChildrenValues: completed children's results, keyed `<queue>:<childId>`."""
         values = {
             f"{child.queue}:{child.id}": None if child.result is None else msgspec.Raw(child.result)
@@ -136,19 +138,25 @@ class Flows:
         }
         return {"ok": True, "data": {"values": values}}
 
-    def get_failed_children_values(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def get_failed_children_values(
+        self, session: ReplySink, command: cmd.GetFailedChildrenValues, now: float
+    ) -> Reply:
         """GetFailedChildrenValues: errors of children under continueParentOnFailure."""
         parent = self.state.jobs.get(command.id)
         return {"ok": True, "values": (parent.child_failures if parent else None) or {}}
 
-    def get_ignored_children_failures(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def get_ignored_children_failures(
+        self, session: ReplySink, command: cmd.GetIgnoredChildrenFailures, now: float
+    ) -> Reply:
         """GetIgnoredChildrenFailures: errors of children under ignoreDependencyOnFailure."""
         parent = self.state.jobs.get(command.id)
         return {"ok": True, "values": (parent.ignored_failures if parent else None) or {}}
 
     # -- legacy flow edits ---------------------------------------------------------------------
 
-    def move_to_waiting_children(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def move_to_waiting_children(
+        self, session: ReplySink, command: groups_cmd.MoveToWaitingChildren, now: float
+    ) -> Reply:
         """MoveToWaitingChildren: an active job (token if leased) waits for its unfinished
         dependencies and children (those attached while it ran, by UpdateParent); with none
         left it stays active and the answer is `moved: false` (BullMQ's rule)."""
@@ -167,7 +175,9 @@ class Flows:
         self.state.wait_for_children(job, now)
         return {"ok": True, "data": {"moved": True}}
 
-    def remove_child_dependency(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def remove_child_dependency(
+        self, session: ReplySink, command: groups_cmd.RemoveChildDependency, now: float
+    ) -> Reply:
         """RemoveChildDependency: detach a not-yet-finished child from its waiting parent;
         the parent runs once nothing else is pending. `removed: false` when there was no
         such edge to drop."""
@@ -191,7 +201,9 @@ class Flows:
         self.state.drop_dependency(parent, child.id, now)  # type: ignore[arg-type]
         return {"ok": True, "removed": True}
 
-    def remove_unprocessed_children(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def remove_unprocessed_children(
+        self, session: ReplySink, command: groups_cmd.RemoveUnprocessedChildren, now: float
+    ) -> Reply:
         """RemoveUnprocessedChildren: the parent's children that have not started are removed
         (active and finished ones stay); the parent stops waiting for them."""
         parent = self.state.jobs.get(command.id)

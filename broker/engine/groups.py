@@ -71,35 +71,49 @@ class Groups:
         self.state.dirty_queues.add(queue)  # a lifted limit may serve parked pulls
         return before != value
 
-    def set_group_concurrency(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def set_group_concurrency(
+        self, session: ReplySink, command: cmd.SetGroupConcurrency, now: float
+    ) -> Reply:
         """SetGroupConcurrency."""
         self._set_group(command, "concurrency", command.concurrency)
         return {"ok": True}
 
-    def get_group_concurrency(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def get_group_concurrency(
+        self, session: ReplySink, command: cmd.GetGroupConcurrency, now: float
+    ) -> Reply:
         """GetGroupConcurrency: the setting, or null."""
         settings = self._group_setting(command.queue, command.groupId) or {}
         return {"ok": True, "data": {"concurrency": settings.get("concurrency")}}
 
-    def remove_group_concurrency(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def remove_group_concurrency(
+        self, session: ReplySink, command: cmd.RemoveGroupConcurrency, now: float
+    ) -> Reply:
         """RemoveGroupConcurrency: whether there was one."""
         return {"ok": True, "data": {"removed": self._set_group(command, "concurrency", None)}}
 
-    def set_group_rate_limit(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def set_group_rate_limit(
+        self, session: ReplySink, command: cmd.SetGroupRateLimit, now: float
+    ) -> Reply:
         """SetGroupRateLimit: at most `max` starts per `duration` ms."""
         self._set_group(command, "limit", {"max": command.max, "duration": command.duration})
         return {"ok": True}
 
-    def get_group_rate_limit(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def get_group_rate_limit(
+        self, session: ReplySink, command: cmd.GetGroupRateLimit, now: float
+    ) -> Reply:
         """GetGroupRateLimit: `{max, duration}`, or null."""
         settings = self._group_setting(command.queue, command.groupId) or {}
         return {"ok": True, "data": {"limit": settings.get("limit")}}
 
-    def remove_group_rate_limit(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def remove_group_rate_limit(
+        self, session: ReplySink, command: cmd.RemoveGroupRateLimit, now: float
+    ) -> Reply:
         """RemoveGroupRateLimit: whether there was one."""
         return {"ok": True, "data": {"removed": self._set_group(command, "limit", None)}}
 
-    def get_group_rate_limit_ttl(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def get_group_rate_limit_ttl(
+        self, session: ReplySink, command: cmd.GetGroupRateLimitTtl, now: float
+    ) -> Reply:
         """GetGroupRateLimitTtl: ms until the group may start a job again (0: it may now)."""
         queue = self.state.queues.get(command.queue)
         frees = None
@@ -109,45 +123,53 @@ class Groups:
                 frees = queue.group_frees_at(command.groupId, options)
         return {"ok": True, "data": {"ttl": max(frees - now, 0) if frees else 0}}
 
-    def rate_limit_group(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def rate_limit_group(
+        self, session: ReplySink, command: cmd.RateLimitGroup, now: float
+    ) -> Reply:
         """RateLimitGroup: no start of the group for `duration` ms."""
         self._set_group(command, "blockedUntil", now + command.duration)
         queue = self.state.queue(command.queue)
         self.state.wheel.schedule(now + command.duration, GROUP_WAKE, queue)  # then serve polls
         return {"ok": True}
 
-    def pause_group(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def pause_group(self, session: ReplySink, command: cmd.PauseGroup, now: float) -> Reply:
         """PauseGroup: whether it was running."""
         return {"ok": True, "data": {"changed": self._set_group(command, "paused", True)}}
 
-    def resume_group(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def resume_group(self, session: ReplySink, command: cmd.ResumeGroup, now: float) -> Reply:
         """ResumeGroup: whether it was paused."""
         return {"ok": True, "data": {"changed": self._set_group(command, "paused", None)}}
 
-    def is_group_paused(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def is_group_paused(self, session: ReplySink, command: cmd.IsGroupPaused, now: float) -> Reply:
         """IsGroupPaused."""
         settings = self._group_setting(command.queue, command.groupId) or {}
         return {"ok": True, "data": {"paused": bool(settings.get("paused"))}}
 
-    def group_jobs_count(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def group_jobs_count(
+        self, session: ReplySink, command: cmd.GetGroupJobsCount, now: float
+    ) -> Reply:
         """GetGroupJobsCount: the group's jobs not yet started."""
         queue = self.state.queues.get(command.queue)
         count = queue.group_pending.get(command.groupId, 0) if queue else 0
         return {"ok": True, "data": {"count": count}}
 
-    def group_active_count(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def group_active_count(
+        self, session: ReplySink, command: cmd.GetGroupActiveCount, now: float
+    ) -> Reply:
         """GetGroupActiveCount: the group's active jobs."""
         queue = self.state.queues.get(command.queue)
         count = queue.group_active.get(command.groupId, 0) if queue else 0
         return {"ok": True, "data": {"count": count}}
 
-    def groups_jobs_count(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def groups_jobs_count(
+        self, session: ReplySink, command: cmd.GetGroupsJobsCount, now: float
+    ) -> Reply:
         """GetGroupsJobsCount: grouped jobs of the queue not yet started, all groups."""
         queue = self.state.queues.get(command.queue)
         count = sum(queue.group_pending.values()) if queue else 0
         return {"ok": True, "data": {"count": count}}
 
-    def queue_limits(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def queue_limits(self, session: ReplySink, command: cmd.GetQueueLimits, now: float) -> Reply:
         """GetQueueLimits: the queue's limits and whether they hold starts back now."""
         queue = self.state.queues.get(command.queue) or QueueState(command.queue)
         ttl = 0.0

@@ -343,13 +343,17 @@ class JobCommands:
     def get_job_counts(self, session: ReplySink, command: cmd.GetJobCounts, now: float) -> Reply:
         """GetJobCounts: jobs of the queue by state; a paused queue's ready jobs (waiting and
         prioritized) count as `paused` instead, as GetJobs lists them."""
-        queue = self.state.queues.get(command.queue)
+        return {"ok": True, "counts": self.counts_of(command.queue)}
+
+    def counts_of(self, name: str) -> dict[str, int]:
+        """The queue's jobs by state, as GetJobCounts shows them."""
+        queue = self.state.queues.get(name)
         counts = dict(queue.counts) if queue else dict.fromkeys(COUNTED_STATES, 0)
         counts["paused"] = 0
         if queue is not None and queue.paused:
             counts["paused"] = counts[WAITING] + counts[PRIORITIZED]
             counts[WAITING] = counts[PRIORITIZED] = 0
-        return {"ok": True, "counts": counts}
+        return counts
 
     def count(self, session: ReplySink, command: cmd.Count, now: float) -> Reply:
         """Count: waiting + prioritized + delayed jobs of the queue."""

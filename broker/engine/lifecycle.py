@@ -278,7 +278,7 @@ class Lifecycle:
                 del self.job_waiters[job_id]
             session.stage_reply({"ok": True, "completed": False}, req_id)
 
-    def compact_memory(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def compact_memory(self, session: ReplySink, command: cmd.CompactMemory, now: float) -> Reply:
         """CompactMemory: drop stale heap and timer entries and idle empty queues."""
         self.state.compact()
         return {"ok": True}

@@ -9,17 +9,29 @@ layer per job.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import Protocol, TypeVar, cast
 
 from .sink import ReplySink
 
 Reply = dict[str, object]
+
+
+class Command(Protocol):
+    """What the router needs of any decoded command: its `reqId`, echoed in the reply."""
+
+    @property
+    def reqId(self) -> object:  # named as on the wire
+        """The client's request id (None when it sent none)."""
+        ...
+
+
 C = TypeVar("C")
 Handler = Callable[[ReplySink, C, float], Reply | None]
 """A command handler: (sink, command, now in epoch ms) -> the reply, or None when it answers
 later (a parked long poll). It raises EngineError to refuse the command."""
-AnyHandler = Callable[..., Reply | None]
-"""A handler of some command type, as the merged table holds it."""
+AnyHandler = Callable[[ReplySink, Command, float], Reply | None]
+"""A handler of some command type, as the merged table holds it (`Routes.add` checked that
+it takes the type it is routed for)."""
 
 
 class Routes:

@@ -95,7 +95,9 @@ class QueueSettings:
         self.state.changed_settings.add(queue.name)
         return {"ok": True}
 
-    def rate_limit_clear(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def rate_limit_clear(
+        self, session: ReplySink, command: cmd.RateLimitClear, now: float
+    ) -> Reply:
         """RateLimitClear."""
         queue = self.state.queue(command.queue)
         queue.rate_limit = None
@@ -111,7 +113,9 @@ class QueueSettings:
         self.state.dirty_queues.add(queue)
         return {"ok": True}
 
-    def clear_concurrency(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def clear_concurrency(
+        self, session: ReplySink, command: cmd.ClearConcurrency, now: float
+    ) -> Reply:
         """ClearConcurrency."""
         queue = self.state.queue(command.queue)
         queue.concurrency = None
@@ -129,7 +133,9 @@ class QueueSettings:
         self.state.changed_settings.add(queue.name)
         return {"ok": True}
 
-    def get_stall_config(self, session: ReplySink, command: Any, now: float) -> Reply:
+    def get_stall_config(
+        self, session: ReplySink, command: cmd.GetStallConfig, now: float
+    ) -> Reply:
         """GetStallConfig: the defaults merged with what was set."""
         queue = self.state.queues.get(command.queue)
         config = {**DEFAULT_STALL_CONFIG, **(queue.stall_config if queue else {})}
