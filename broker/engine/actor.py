@@ -2,7 +2,7 @@
 
 It receives batches of commands over a bounded memory channel, takes every batch already
 waiting (so work from many connections shares one pass), runs them, fires due timers, commits
-the pass's changes in one transaction, and only then releases the pass's replies. It sleeps
+the pass's changes in one transaction, and only then sends the pass's replies. It sleeps
 until the next timer deadline when idle. A full inbox makes connection readers wait, which
 pushes back on clients through TCP.
 
@@ -54,7 +54,7 @@ QUEUED = (Batch, Delivered)
 
 @attrs.frozen
 class Disconnect:
-    """A session closed: release what it held."""
+    """A session closed: requeue the jobs it held without a lease, forget its workers."""
 
     session: ReplySink
 
@@ -86,7 +86,7 @@ class EngineActor:
         engine.started_ms = clock.now_ms()
         self.bus.on_change = self._listening
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
-        # Sessions with staged replies register here; they are released after the commit.
+        # Sessions with staged replies register here; their replies are sent after the commit.
         self.outbox: set[ReplySink] = set()
         self.passes = 0
         self.on_pass: Any = None  # observes how many commands each pass ran (metrics)
@@ -164,7 +164,7 @@ class EngineActor:
                 self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
                 self._execute(items)
                 self._commit()
-                self._release()
+                self._send_replies()
                 if self._queued_batches:
                     # More work is already waiting: let other tasks (new connections, a Ping,
                     # the accept loop) have their turn before the next pass.
@@ -199,7 +199,7 @@ class EngineActor:
         trio.lowlevel.current_trio_token().run_sync_soon(self._allow_inline)
         self._execute([batch])
         self._commit()
-        self._release()
+        self._send_replies()
         if self.engine.next_deadline() < armed or self.engine.state.housekeeping_due():
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
@@ -270,7 +270,7 @@ class EngineActor:
 
         The commit runs on the event loop: measured here, a worker thread cost more in hand-off
         and GIL contention than it won in overlap. A store failure stops the broker
-        (fail-stop): the pass's replies have not been released, so no client was told `ok` for
+        (fail-stop): the pass's replies have not been sent, so no client was told `ok` for
         a change that is not stored, and a restart resumes from the last commit.
         """
         if self.store is not None:
@@ -287,7 +287,7 @@ class EngineActor:
             rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
             store.commit(rows, deleted, sync=sync, records=records, record_deletes=record_deletes)
 
-    def _release(self) -> None:
+    def _send_replies(self) -> None:
         outbox = self.outbox
         for session in outbox:
             session.send_staged()

@@ -148,7 +148,7 @@ class Engine:
         return self.state.wheel.next_deadline()
 
     def disconnect(self, session: ReplySink, now: float) -> None:
-        """A connection closed: release the jobs it pulled without a lease and did not settle."""
+        """A connection closed: requeue the jobs it pulled without a lease and did not settle."""
         self.state.requeue_holdings(session, now)
         self.workers.disconnect(session)
 

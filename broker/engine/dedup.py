@@ -1,8 +1,8 @@
 """Deduplication keys as commands: GetDeduplicationJobId, RemoveDeduplicationKey,
 RemoveJobDeduplicationKey (a component).
 
-The keys themselves are EngineState's KeyRegistry (keys.py), taken and released as jobs move;
-this component looks owners up and releases a key on request.
+The keys themselves are EngineState's KeyRegistry (keys.py), taken and freed as jobs move;
+this component looks owners up and frees a key on request.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class DedupKeys:
 
     def _drop_unique_key(self, queue: str, key: str, owner: str) -> None:
         # The job forgets its key too, so a restart does not take it again.
-        self.state.keys.release((UNIQUE, queue, key), owner)
+        self.state.keys.free((UNIQUE, queue, key), owner)
         job = self.state.jobs.get(owner)
         if job is not None and job.unique_key == key:
             job.unique_key = None

@@ -133,7 +133,7 @@ class Lifecycle:
         job = self.state.jobs.get(command.id)
         if job is not None and job.state == ACTIVE:
             active_job(self.state, command.id, command.token)
-            self.state.release(job, now, now + command.delay)
+            self.state.return_to_queue(job, now, now + command.delay)
             return {"ok": True}
         if job is None or job.state not in QUEUED_STATES:
             raise EngineError("Job not found or cannot change delay")
@@ -152,7 +152,7 @@ class Lifecycle:
         if job.state != ACTIVE:
             raise EngineError(f"Job is not active (current state: {job.state})")
         active_job(self.state, command.id, command.token)
-        self.state.release(job, now, now + command.delay)
+        self.state.return_to_queue(job, now, now + command.delay)
         return {"ok": True}
 
     def move_to_wait(self, session: ReplySink, command: cmd.MoveToWait, now: float) -> Reply:
@@ -163,7 +163,7 @@ class Lifecycle:
             raise EngineError(f"Cannot move job from state '{state}' to waiting")
         if state == ACTIVE:
             active_job(self.state, command.id, command.token)
-            self.state.release(job, now, now)
+            self.state.return_to_queue(job, now, now)
         elif state == DELAYED:
             self.state.reschedule(job, now, now)
         elif state == FAILED:

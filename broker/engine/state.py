@@ -35,9 +35,9 @@ from .deadlines import (
 )
 from .dlq import DeadLetterRules
 from .housekeeping import (
+    DROP_SLICE,
     PURGE,
     PURGE_SLICE,
-    RELEASE_SLICE,
     Graveyard,
     Purge,
     worth_compacting,
@@ -352,7 +352,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
     def _end_untimed_debounce(self, job: Job) -> None:
         """A restored job that has started holds no untimed debounce (it ended at the start)."""
         if job.debounce_id is not None:
-            self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+            self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
 
     def _restore_debounce_window(self, job: Job, now: float) -> None:
         """A finished job's timed debounce window outlives it (keys.py): take it again."""
@@ -434,7 +434,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             held.add(job.id)
         self._enter(job, ACTIVE, persist=holder is None)
         if job.debounce_id is not None:  # an untimed debounce lasts until the job starts
-            self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+            self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
         job.started_at = now
         job.last_heartbeat = now
         job.late_open = False
@@ -466,7 +466,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if self.tracking:
             self.changed[job.id] = job
 
-    def release(self, job: Job, now: float, run_at: float) -> None:
+    def return_to_queue(self, job: Job, now: float, run_at: float) -> None:
         """Put an active job back in its queue, to run at `run_at` (MoveToWait, ChangeDelay)."""
         self._end_activity(job)
         job.started_at = None
@@ -502,7 +502,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if self.jobs.get(job.id) is not job:
             return False
         self._end_activity(job)
-        self._release_unique(job)
+        self._free_keys(job)
         self._forget(job)
         self.emit("removed", job)
         return True
@@ -605,7 +605,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
     def complete(self, job: Job, now: float, result: bytes | None, remove: bool) -> None:
         """ACK: the job is done; keep it (within retention) or forget it."""
         self._end_activity(job)
-        self._release_unique(job)
+        self._free_keys(job)
         if remove:
             self._forget(job)
             self._remember_done(job.id)
@@ -622,7 +622,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if self.on_complete is not None and job.started_at is not None:
             self.on_complete(now - job.started_at)
         self.emit("completed", job)
-        self._release_dependents(job, now)
+        self._unblock_dependents(job, now)
 
     def retry(self, job: Job, now: float) -> None:
         """FAIL with attempts left: back to delayed after the backoff."""
@@ -635,7 +635,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
     def fail(self, job: Job, now: float, reason: str, remove: bool) -> None:
         """Terminal failure: to the dead-letter queue (failed), or forgotten."""
         self._end_activity(job)
-        self._release_unique(job)
+        self._free_keys(job)
         job.failed_reason = reason
         self.totals["failed"] += 1
         self.telemetry.record(job.queue, FAILED, now)
@@ -696,13 +696,13 @@ class EngineState(DeadlineRules, DeadLetterRules):
         job.started_at = None
         self._wait_for_dependencies(job, now)
 
-    def _release_unique(self, job: Job) -> None:
+    def _free_keys(self, job: Job) -> None:
         if job.unique_key is not None:
-            self.keys.release((UNIQUE, job.queue, job.unique_key), job.id)
+            self.keys.free((UNIQUE, job.queue, job.unique_key), job.id)
         if job.debounce_id is not None:  # a timed debounce window outlives the job
-            self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+            self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
 
-    def _release_dependents(self, job: Job, now: float) -> None:
+    def _unblock_dependents(self, job: Job, now: float) -> None:
         for dependent_id in self.dependents.pop(job.id, ()):
             dependent = self.jobs.get(dependent_id)
             if dependent is None or dependent.state != WAITING_CHILDREN:
@@ -784,7 +784,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         budget = PURGE_SLICE
         while self.purges and budget > 0:
             budget -= self._advance(self.purges[0], budget)
-        self.graveyard.release(RELEASE_SLICE)
+        self.graveyard.drop_slice(DROP_SLICE)
 
     def _compact_one(self, thing: Any) -> None:
         if isinstance(thing, QueueState):
