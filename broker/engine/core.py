@@ -25,7 +25,7 @@ from .admin import QueueAdmin
 from .crons import CRON, CronScheduler
 from .dashboard import Dashboard
 from .deadletters import DeadLetterCommands
-from .deadlines import GROUP_WAKE, WAIT_JOB
+from .deadlines import GROUP_WAKE, WAIT_JOB, fire_timers
 from .dedup import DedupKeys
 from .errors import EngineError
 from .flows import Flows
@@ -131,7 +131,7 @@ class Engine:
 
     def _fire_due(self, now: float) -> None:
         """Apply the due timers; handle those that are the engine's (polls, WaitJob, crons)."""
-        for kind, target, token in self.state.fire_timers(now):
+        for kind, target, token in fire_timers(self.state, now):
             if kind == WAIT_JOB:
                 self.lifecycle.wait_timed_out(target)
                 continue

@@ -15,7 +15,7 @@ from protocol import admin as cmd
 from protocol import groups as groups_cmd
 
 from .deadlines import TIMEOUT_REASON, TTL_REASON
-from .dlq import RETRY_KEYS, auto_retry_due
+from .dlq import RETRY_KEYS, apply_dlq_config, auto_retry_due, dlq_config
 from .model import FAILED, Job
 from .queues import QueueState
 from .routing import Routes
@@ -92,14 +92,14 @@ class DeadLetterCommands:
         queue.dlq_config = {**queue.dlq_config, **command.config}
         self.state.changed_settings.add(queue.name)
         retries_changed = any(key in command.config for key in RETRY_KEYS)
-        self.state.apply_dlq_config(queue, now, retries=retries_changed)
+        apply_dlq_config(self.state, queue, now, retries=retries_changed)
         return {"ok": True}
 
     def get_dlq_config(self, session: ReplySink, command: cmd.GetDlqConfig, now: float) -> Reply:
         """GetDlqConfig: the queue's settings, with the defaults for those it did not set (the
         broker-wide caps standing in for caps it did not set)."""
         queue = self.state.queues.get(command.queue) or QueueState(command.queue)
-        return {"ok": True, "config": self.state.dlq_config(queue)}
+        return {"ok": True, "config": dlq_config(self.state, queue)}
 
     def dlq_stats(self, session: ReplySink, command: groups_cmd.GetDlqStats, now: float) -> Reply:
         """GetDlqStats: the queue's failed jobs by reason, those due for an auto retry, and

@@ -16,6 +16,7 @@ from protocol import commands as cmd
 
 from . import errors
 from .admission import check_group_room, find_cycle
+from .deadlines import settle_failure
 from .errors import EngineError
 from .keys import DEBOUNCE, UNIQUE
 from .leases import active_job, is_late
@@ -287,7 +288,8 @@ class JobCommands:
             job.stacktrace = command.stack[:limit]
         reason = command.error if command.error is not None else "Job failed"
         remove = command.removeOnFail or job.remove_on_fail
-        self.state.settle_failure(
+        settle_failure(
+            self.state,
             job, now, reason, unrecoverable=command.unrecoverable, remove=remove
         )
         return {"ok": True}

@@ -1,4 +1,5 @@
-"""Retention: the finished jobs of one kind, kept up to a count and an age.
+"""Retention: the finished jobs of one kind, kept up to a count and an age, and the rules that
+forget them (functions over the little of EngineState they need: `Forgetting`).
 
 A leaf module (it imports only the model), so queues.py (a queue's dead-letter caps) and
 deadlines.py (the timers that age entries out) can both use it without importing each other.
@@ -9,8 +10,13 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
+from typing import Protocol
 
 from .model import Job
+from .timers import TimerWheel
+
+RETENTION = "retention"
+"""The timer kind that ages a Retention's oldest entry out."""
 
 _finishes = itertools.count(1)
 
@@ -58,3 +64,44 @@ class Retention:
         if not self.entries or self.max_age_ms == math.inf:
             return None
         return self.entries[0][0] + self.max_age_ms
+
+
+class Forgetting(Protocol):
+    """What the retention rules touch of EngineState: the wheel (age timers), and forgetting
+    a job that aged or was pushed out."""
+
+    wheel: TimerWheel
+
+    def forget(self, job: Job) -> None:
+        """Drop the job entirely (its state tallies, its store row)."""
+        ...
+
+
+def retain(state: Forgetting, retention: Retention, job: Job, now: float) -> None:
+    """Keep a job that has just finished (after `mark_finished`) in `retention`, forgetting
+    what that pushes over its caps."""
+    retention.add(job, job.completed_at or now)
+    expire_retained(state, retention, now)
+
+
+def expire_retained(state: Forgetting, retention: Retention, now: float) -> None:
+    """Forget finished jobs past their count or age (oldest first), and make sure a timer
+    comes for the next one to age out: one pending timer per Retention, unless the next
+    expiry is earlier than it (a shorter maxAge)."""
+    entries = retention.entries
+    while entries:
+        entry = entries[0]
+        if not retention.current(entry):
+            entries.popleft()  # the job moved on (retried, removed): nothing to forget
+            retention.stale = max(retention.stale - 1, 0)
+            continue
+        if retention.count <= retention.limit and entry[0] + retention.max_age_ms > now:
+            break
+        entries.popleft()
+        state.forget(entry[2])  # leaving the state lowers retention.count
+        retention.stale = max(retention.stale - 1, 0)  # ...and counted this entry stale
+    expiry = retention.next_expiry()
+    armed = retention.armed_at
+    if expiry is not None and (armed is None or expiry < armed):
+        retention.armed_at = expiry
+        state.wheel.schedule(expiry, RETENTION, retention)

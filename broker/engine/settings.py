@@ -17,6 +17,7 @@ from protocol import CommandError
 from protocol import admin as cmd
 from store import Record
 
+from .dlq import apply_dlq_config
 from .queues import QueueState
 from .routing import Routes
 from .sink import ReplySink
@@ -156,7 +157,7 @@ class QueueSettings:
             queue.group_settings = body.get("groups") or {}
             queue.tokens = float(queue.rate_limit or 0)
             if queue.dlq_config:
-                self.state.apply_dlq_config(queue, now)
+                apply_dlq_config(self.state, queue, now)
 
     def _stored_dlq_config(self, queue: QueueState, stored: dict[str, Any]) -> dict[str, Any]:
         """Stored DLQ settings, checked as SetDlqConfig checks them: earlier brokers stored

@@ -30,10 +30,12 @@ from .deadlines import (
     LEASE,
     PROMOTE,
     TTL_REASON,
-    DeadlineRules,
+    arm_timeout,
+    arm_ttl,
     retry_delay,
+    timer_is_current,
 )
-from .dlq import DeadLetterRules
+from .dlq import enter_dead_letters
 from .housekeeping import (
     DROP_SLICE,
     PURGE,
@@ -59,7 +61,7 @@ from .model import (
     uuid7,
 )
 from .queues import QueueState
-from .retention import Retention, mark_finished
+from .retention import Retention, expire_retained, mark_finished, retain
 from .sink import ReplySink
 from .telemetry import QueueTelemetry
 from .timers import TimerWheel
@@ -73,7 +75,7 @@ READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports c
 KEEP_DONE_IDS = 50_000
 
 
-class EngineState(DeadlineRules, DeadLetterRules):
+class EngineState:
     """All job state plus the timer wheel; pure (callers pass `now`)."""
 
     def __init__(
@@ -274,7 +276,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self.done_ids.pop(job.id, None)  # the id is live again (a reused custom id)
         job.state = ""
         self._take_keys(job, now)
-        self._arm_ttl(job)
+        arm_ttl(self, job)
         self.totals["pushed"] += 1
         self.emit("pushed", job)
         self._wait_for_dependencies(job, now)
@@ -327,7 +329,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self._take_keys(job, job.created_at)
             if stored == ACTIVE or job.attempts or job.stall_count:
                 self._end_untimed_debounce(job)
-            self._arm_ttl(job)
+            arm_ttl(self, job)
             if stored == WAITING_CHILDREN:
                 self._wait_for_dependencies(job, now)
             elif stored != ACTIVE:
@@ -336,18 +338,18 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 job.last_heartbeat = max(job.last_heartbeat, now)  # no one could beat while down
                 self._enter(job, ACTIVE)
                 self.wheel.schedule(job.lock_expires_at, LEASE, job, job.lock_token)
-                self._arm_timeout(job, job.started_at or now)
+                arm_timeout(self, job, job.started_at or now)
             elif job.id in held:
                 job.started_at = None
                 self.make_ready(job)
             else:
                 job.last_heartbeat = max(job.last_heartbeat, now)
                 self._enter(job, ACTIVE)
-                self._arm_timeout(job, job.started_at or now)
+                arm_timeout(self, job, job.started_at or now)
         self.tracking = True
         self._store_restart_changes(jobs, stored_states)
-        self.expire_retained(self.completed, now)
-        self.expire_retained(self.failed, now)
+        expire_retained(self, self.completed, now)
+        expire_retained(self, self.failed, now)
 
     def _end_untimed_debounce(self, job: Job) -> None:
         """A restored job that has started holds no untimed debounce (it ended at the start)."""
@@ -438,7 +440,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         job.started_at = now
         job.last_heartbeat = now
         job.late_open = False
-        self._arm_timeout(job, now)
+        arm_timeout(self, job, now)
         self.totals["pulled"] += 1
         if self.on_start is not None:
             self.on_start(now - job.run_at)
@@ -503,7 +505,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             return False
         self._end_activity(job)
         self._free_keys(job)
-        self._forget(job)
+        self.forget(job)
         self.emit("removed", job)
         return True
 
@@ -607,7 +609,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self._end_activity(job)
         self._free_keys(job)
         if remove:
-            self._forget(job)
+            self.forget(job)
             self._remember_done(job.id)
         else:
             job.completed_at = now
@@ -616,7 +618,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self._enter(job, COMPLETED)
             self.finished.append(job)
             mark_finished(job)
-            self._retain(self.completed, job, now)
+            retain(self, self.completed, job, now)
         self.totals["completed"] += 1
         self.telemetry.record(job.queue, COMPLETED, now)
         if self.on_complete is not None and job.started_at is not None:
@@ -641,15 +643,15 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.telemetry.record(job.queue, FAILED, now)
         self.emit("failed", job, error=reason)
         if remove:
-            self._forget(job)
+            self.forget(job)
             self.child_failed(job, reason, now)
             return
         job.completed_at = now
         self._enter(job, FAILED, error=reason)
         self.finished.append(job)
         mark_finished(job)
-        self._retain(self.failed, job, now)
-        self.enter_dead_letters(self.queue(job.queue), job, now)
+        retain(self, self.failed, job, now)
+        enter_dead_letters(self, self.queue(job.queue), job, now)
         self.child_failed(job, reason, now)
 
     def child_failed(self, child: Job, reason: str, now: float) -> None:
@@ -711,7 +713,9 @@ class EngineState(DeadlineRules, DeadLetterRules):
             if dependent.pending_deps <= 0:
                 self.schedule(dependent, now)
 
-    def _forget(self, job: Job) -> None:
+    def forget(self, job: Job) -> None:
+        """Drop a job entirely: its tallies, its timers (counted stale), its store row. No
+        event: the caller decides what the client hears (removed, retention, removeOn...)."""
         if job.state == COMPLETED:
             self._remember_done(job.id)
         self._timers_left_behind(job)
@@ -785,6 +789,19 @@ class EngineState(DeadlineRules, DeadLetterRules):
         while self.purges and budget > 0:
             budget -= self._advance(self.purges[0], budget)
         self.graveyard.drop_slice(DROP_SLICE)
+
+    def compact(self) -> None:
+        """Prune stale heap and timer entries and forget idle, empty queues (CompactMemory)."""
+        for name, queue in list(self.queues.items()):
+            queue.compact()
+            if queue.idle():
+                del self.queues[name]
+        self.wheel.compact(self._timer_is_current)
+        self.completed.compact()
+        self.failed.compact()
+
+    def _timer_is_current(self, timer: Any) -> bool:
+        return timer_is_current(self, timer)
 
     def _compact_one(self, thing: Any) -> None:
         if isinstance(thing, QueueState):
