@@ -5,10 +5,18 @@ limits (stop), and group limits, PULL's and stored ones (pass the job over, keep
 Parked polls are served in arrival order whenever their queue gets a ready job or a freed
 slot, and answered empty when their time is up. A repeating job that starts adds its next
 occurrence.
-A component: it owns the parked polls (in each QueueState's `waiters`, keyed by nothing of
-the transport: a poll holds its ReplySink and is skipped once the sink is closed). Group and
-queue limits are read from QueueState (`group_options`, `group_admits`, `take_token`); a claim
-goes through EngineState.claim. It touches nothing else.
+
+Where PULL's group limit lives: here, in `Pulls._group_is_full` (and `_claim`), applying the
+rule that QueueState holds (queues.py: `group_options` merges the PULL's `group` options with
+the group's stored settings, `group_admits` checks concurrency, rate window and pause,
+`record_start` counts a start, `group_frees_at` says when to wake parked polls). The stored
+settings are written by groups.py; PUSH's groupMaxSize is admission.py's.
+
+What it may touch: it owns the parked polls (each QueueState's `waiters`; a poll holds its
+ReplySink and is skipped once the sink is closed). It reads QueueState's limits, takes ready
+entries from and puts them back into its queue's heap, moves a job to active only through
+EngineState.claim, adds a repeating job's next occurrence through EngineState.add, and arms
+GROUP_WAKE and POLL timers on the wheel. Nothing else.
 """
 
 from __future__ import annotations
