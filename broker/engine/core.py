@@ -123,9 +123,8 @@ class Engine:
         if self.state.wheel.next_deadline() <= now:
             self._fire_due(now)
         dirty = self.state.dirty_queues
-        serve = self.pulls.serve_waiters
         while dirty:
-            serve(dirty.pop(), now)
+            self.pulls.serve_waiters(dirty.pop(), now)
         if self.state.finished:
             self.lifecycle.answer_job_waiters()
 

@@ -432,8 +432,9 @@ class EngineState:
             job.holder = holder
             held = self.holdings.get(holder)
             if held is None:
-                self.holdings[holder] = held = set()
-            held.add(job.id)
+                self.holdings[holder] = {job.id}
+            else:
+                held.add(job.id)
         self._enter(job, ACTIVE, persist=holder is None)
         if job.debounce_id is not None:  # an untimed debounce lasts until the job starts
             self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
