@@ -26,7 +26,8 @@ DASHBOARD_DLQ_PREVIEW = 10
 class Dashboard:
     """The dashboard views (see the module docstring)."""
 
-    def __init__(self,
+    def __init__(
+        self,
         state: EngineState,
         admin: QueueAdmin,
         jobs: JobCommands,

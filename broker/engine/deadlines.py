@@ -175,9 +175,7 @@ def time_out(state: TimedState, job: Job, now: float) -> None:
     remember it so the worker's late ACK or FAIL is answered as a no-op."""
     job.late_open = True
     job.late_token = job.lock_token
-    settle_failure(state,
-        job, now, TIMEOUT_REASON, unrecoverable=False, remove=job.remove_on_fail
-    )
+    settle_failure(state, job, now, TIMEOUT_REASON, unrecoverable=False, remove=job.remove_on_fail)
 
 
 def settle_failure(

@@ -99,9 +99,9 @@ def apply_dlq_config(
     DLQ, and (with `retries`, when the auto-retry settings changed) so do its auto retries.
     """
     config = queue.dlq_config
-    failed = [job for job in _current_failed(state, ) if job.queue == queue.name]
+    failed = [job for job in _current_failed(state) if job.queue == queue.name]
     if any(key in config for key in CAP_KEYS):
-        _rebuild_caps(state, queue, failed, config)
+        _rebuild_caps(queue, failed, config)
         expire_retained(state, queue.dead_letters, now)  # type: ignore[arg-type]
     if not retries:
         return
@@ -116,9 +116,7 @@ def _current_failed(state: DeadLetterState) -> list[Job]:
     return [entry[2] for entry in retention.entries if retention.current(entry)]
 
 
-def _rebuild_caps(
-    state: DeadLetterState, queue: QueueState, failed: list[Job], config: dict[str, Any]
-) -> None:
+def _rebuild_caps(queue: QueueState, failed: list[Job], config: dict[str, Any]) -> None:
     """Set the queue's caps from `config`, its entries from its failed jobs. The Retention
     object is kept, so its pending age timers act on the new caps."""
     max_age = config.get("maxAge")

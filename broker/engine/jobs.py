@@ -289,8 +289,7 @@ class JobCommands:
         reason = command.error if command.error is not None else "Job failed"
         remove = command.removeOnFail or job.remove_on_fail
         settle_failure(
-            self.state,
-            job, now, reason, unrecoverable=command.unrecoverable, remove=remove
+            self.state, job, now, reason, unrecoverable=command.unrecoverable, remove=remove
         )
         return {"ok": True}
 
