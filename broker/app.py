@@ -74,9 +74,11 @@ class App:
         http = self.http = HttpServer(actor, metrics, config.auth_tokens)
         engine = actor.engine
         engine.prometheus = lambda: metrics.render().decode()  # the Prometheus command
-        engine.allow_private_webhooks = config.allow_private_webhooks
-        dispatcher = WebhookDispatcher(engine, retry_base_s=config.webhook_retry_s)
-        actor.bus.add_listener(dispatcher.on_event, engine.has_webhooks)
+        engine.webhooks.allow_private = config.allow_private_webhooks
+        dispatcher = WebhookDispatcher(
+            engine.webhooks, actor.submit, retry_base_s=config.webhook_retry_s
+        )
+        actor.bus.add_listener(dispatcher.on_event, engine.webhooks.has_enabled)
         async with trio.open_nursery() as nursery:
             async with trio.open_nursery() as servers:
                 # Start-up order: the HTTP port first, answering /ready with 503 while the

@@ -30,3 +30,100 @@ def test_leaf_packages_do_not_import_broker_or_trio(package: str) -> None:
         for path in files
     }
     assert {name: bad for name, bad in offenders.items() if bad} == {}
+
+
+# -- the engine's layer (issue 12) ------------------------------------------------------------
+
+ENGINE = ROOT / "broker" / "engine"
+TRANSPORT_OR_HTTP = ("httpx", "httpcore", "h11", "trio_websocket")  # and broker.server
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def absolute_imports(path: Path) -> set[str]:
+    """Every module `path` imports, relative imports resolved (`from . import x` counts as
+    the package's module `x` when that is a module, else the package)."""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            for alias in node.names:
+                candidate = f"{module}.{alias.name}"
+                names.add(candidate if source_of(candidate) is not None else module)
+    return names
+
+
+def source_of(module: str) -> Path | None:
+    """The file of a project module (None for anything outside the project)."""
+    base = ROOT.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def reachable_from(start: list[Path]) -> set[str]:
+    """Every module the files import, following the project's own modules transitively."""
+    seen: set[str] = set()
+    todo = [name for path in start for name in absolute_imports(path)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = source_of(name)
+        if path is not None:
+            todo.extend(absolute_imports(path))
+    return seen
+
+
+def test_the_engine_imports_no_transport_or_http_code() -> None:
+    reached = reachable_from(sorted(ENGINE.glob("*.py")))
+    bad = sorted(
+        name
+        for name in reached
+        if any(name == f or name.startswith(f + ".") for f in TRANSPORT_OR_HTTP)
+    )
+    assert bad == []
+
+
+def test_the_engine_does_not_import_the_broker_around_it() -> None:
+    # Only the engine itself and the small shared helpers below it (clock, events).
+    allowed = {"broker.engine", "broker.clock", "broker.events"}
+    outside = {
+        name
+        for path in ENGINE.glob("*.py")
+        for name in absolute_imports(path)
+        if name.startswith("broker.") and not name.startswith("broker.engine")
+    }
+    assert outside <= allowed, sorted(outside - allowed)
+
+
+def test_no_import_cycles_among_engine_modules() -> None:
+    graph = {
+        module_name(path): {
+            name for name in absolute_imports(path) if name.startswith("broker.engine.")
+        }
+        for path in ENGINE.glob("*.py")
+    }
+    cycles = []
+    for start in graph:
+        stack = [(start, [start])]
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    cycles.append(" -> ".join([*trail, nxt]))
+                elif nxt not in trail:
+                    stack.append((nxt, [*trail, nxt]))
+    assert cycles == []

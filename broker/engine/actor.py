@@ -2,7 +2,7 @@
 
 It receives batches of commands over a bounded memory channel, takes every batch already
 waiting (so work from many connections shares one pass), runs them, fires due timers, commits
-the pass's changes in one transaction, and only then releases the pass's replies. It sleeps
+the pass's changes in one transaction, and only then sends the pass's replies. It sleeps
 until the next timer deadline when idle. A full inbox makes connection readers wait, which
 pushes back on clients through TCP.
 
@@ -29,6 +29,8 @@ from .core import Engine
 from .housekeeping import PURGE, Purge, purged_ids
 from .model import Job
 from .records import job_from_row, job_to_row
+from .sink import ReplySink
+from .webhooks import Delivered
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +44,29 @@ LOAD_SLICE = 10_000
 class Batch:
     """Commands from one session, in arrival order."""
 
-    session: Any
+    session: ReplySink
     commands: list[Any]
+
+
+QUEUED = (Batch, Delivered)
+"""Inbox items `submit` sends: while any is queued, nothing runs inline (it could overtake)."""
 
 
 @attrs.frozen
 class Disconnect:
-    """A session closed: release what it held."""
+    """A session closed: requeue the jobs it held without a lease, forget its workers."""
 
-    session: Any
+    session: ReplySink
 
 
 @attrs.frozen
 class Wake:
     """Nothing to do but re-arm the actor's sleep (a timer was added while it slept)."""
 
-    session: Any = None
-
 
 @attrs.frozen
 class AnswerParked:
     """Shutdown: answer every parked long poll now, with no job."""
-
-    session: Any = None
 
 
 class EngineActor:
@@ -84,8 +86,8 @@ class EngineActor:
         engine.started_ms = clock.now_ms()
         self.bus.on_change = self._listening
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
-        # Sessions with staged replies register here; they are released after the commit.
-        self.outbox: set[Any] = set()
+        # Sessions with staged replies register here; their replies are sent after the commit.
+        self.outbox: set[ReplySink] = set()
         self.passes = 0
         self.on_pass: Any = None  # observes how many commands each pass ran (metrics)
         # The deadline the actor sleeps until while parked on an empty inbox; None when busy.
@@ -132,9 +134,9 @@ class EngineActor:
             await trio.lowlevel.checkpoint()
         del jobs
         engine.state.restore_purges([Purge.resumed(r) for r in records if r.kind == PURGE])
-        engine.restore_crons(records, now)
-        engine.restore_settings(records, now)
-        engine.restore_webhooks(records)
+        engine.crons.restore(records, now)
+        engine.settings.restore(records, now)
+        engine.webhooks.restore(records)
         self._commit_to(store)  # what the restart itself changed (requeued, expired)
 
     def answer_parked_message(self) -> AnswerParked:
@@ -159,18 +161,19 @@ class EngineActor:
                         items.append(receive.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                self._queued_batches -= sum(isinstance(item, Batch) for item in items)
+                self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
                 self._execute(items)
                 self._commit()
-                self._release()
+                self._send_replies()
                 if self._queued_batches:
                     # More work is already waiting: let other tasks (new connections, a Ping,
                     # the accept loop) have their turn before the next pass.
                     await trio.lowlevel.checkpoint()
 
-    async def submit(self, batch: Batch) -> None:
-        """Run a session's batch: at once in the caller's task when the actor is idle (see
-        `submit_inline`), else through the inbox (waiting while it is full)."""
+    async def submit(self, batch: Batch | Delivered) -> None:
+        """Run a session's batch (or apply a webhook delivery's outcome): at once in the
+        caller's task when the actor is idle (see `submit_inline`), else through the inbox
+        (waiting while it is full), behind everything sent before it."""
         if self.submit_inline(batch):
             return
         self._queued_batches += 1
@@ -180,7 +183,7 @@ class EngineActor:
             self._queued_batches -= 1  # not sent
             raise
 
-    def submit_inline(self, batch: Batch) -> bool:
+    def submit_inline(self, batch: Batch | Delivered) -> bool:
         """Run `batch` at once in the caller's task if the actor is idle; else return False.
 
         When the actor is parked on an empty inbox nothing else can be touching the engine
@@ -196,7 +199,7 @@ class EngineActor:
         trio.lowlevel.current_trio_token().run_sync_soon(self._allow_inline)
         self._execute([batch])
         self._commit()
-        self._release()
+        self._send_replies()
         if self.engine.next_deadline() < armed or self.engine.state.housekeeping_due():
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
@@ -244,13 +247,15 @@ class EngineActor:
         engine.tick(now)
         commands = 0
         for item in items:
-            session = item.session
             if isinstance(item, Batch):
+                session = item.session
                 commands += len(item.commands)
                 for command in item.commands:
                     engine.execute(session, command, now)
             elif isinstance(item, Disconnect):
-                engine.disconnect(session, now)
+                engine.disconnect(item.session, now)
+            elif isinstance(item, Delivered):
+                engine.webhooks.record_delivery(item)
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
         engine.tick(now)
@@ -265,7 +270,7 @@ class EngineActor:
 
         The commit runs on the event loop: measured here, a worker thread cost more in hand-off
         and GIL contention than it won in overlap. A store failure stops the broker
-        (fail-stop): the pass's replies have not been released, so no client was told `ok` for
+        (fail-stop): the pass's replies have not been sent, so no client was told `ok` for
         a change that is not stored, and a restart resumes from the last commit.
         """
         if self.store is not None:
@@ -273,8 +278,8 @@ class EngineActor:
 
     def _commit_to(self, store: Store) -> None:
         changed, deleted, sync = self.engine.state.take_changes()
-        records, record_deletes = self.engine.take_cron_writes()
-        state_writes = (self.engine.take_settings_writes(), self.engine.take_webhook_writes())
+        records, record_deletes = self.engine.crons.take_writes()
+        state_writes = (self.engine.settings.take_writes(), self.engine.webhooks.take_writes())
         for more, fewer in (*state_writes, self.engine.state.take_purge_writes()):
             records += more
             record_deletes += fewer
@@ -282,7 +287,7 @@ class EngineActor:
             rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
             store.commit(rows, deleted, sync=sync, records=records, record_deletes=record_deletes)
 
-    def _release(self) -> None:
+    def _send_replies(self) -> None:
         outbox = self.outbox
         for session in outbox:
             session.send_staged()

@@ -1,139 +1,103 @@
-"""Command handlers: the rules of each command over EngineState.
+"""The engine: the components, composed, and the command router.
 
-Each handler checks everything first, then mutates, then returns the reply (a dict without
-`reqId`; the caller adds it). A handler that parks a long poll returns None and answers later.
-Handlers raise EngineError for a refused command; `Engine.execute` turns that into
+Every command goes to exactly one component through one typed table (command type -> handler,
+routing.py), merged here from the components' own tables: one dict lookup per command, so PUSH,
+PULL and ACK pass through no extra layer. Each component owns its state and offers the others a
+narrow interface; docs/architecture.md has the map. Handlers check everything first, then
+mutate, then return the reply (without `reqId`: `execute` adds it); a handler that parks a long
+poll returns None and answers later; EngineError (or a CommandError) becomes
 `{ok: false, error}`.
+
+The engine is driven by the actor (actor.py): `execute` per command, `tick` per pass (due
+timers, parked polls a pass made servable, WaitJob answers), `disconnect` when a connection
+goes. It never writes a field of a ReplySink: what a connection holds is kept here, keyed by it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-import msgspec
+from collections.abc import Callable
 
 from protocol import CommandError
 from protocol import commands as cmd
 
-from ..webhooks import Webhook, WebhookHandlers
-from . import errors
-from .admin import AdminHandlers
-from .crons import CRON, Cron, CronHandlers
-from .deadlines import GROUP_WAKE, WAIT_JOB
+from .admin import QueueAdmin
+from .crons import CRON, CronScheduler
+from .dashboard import Dashboard
+from .deadletters import DeadLetterCommands
+from .deadlines import GROUP_WAKE, WAIT_JOB, fire_timers
+from .dedup import DedupKeys
 from .errors import EngineError
-from .flows import FlowHandlers, find_cycle
-from .groups import GroupHandlers
-from .keys import DEBOUNCE, UNIQUE
-from .lifecycle import LifecycleHandlers
-from .model import (
-    ACTIVE,
-    COMPLETED,
-    COUNTED_STATES,
-    PRIORITIZED,
-    UNKNOWN,
-    WAITING,
-    WAITING_CHILDREN,
-    Job,
-    job_from_push,
-    uuid7,
-    uuid7s,
-)
-from .pulls import PullHandlers, drop_answered
-from .schedule import (
-    ScheduleError,
-    check_pattern,
-    first_occurrence,
-    zone,
-)
-from .state import NOT_STARTED, EngineState
+from .flows import Flows
+from .groups import Groups
+from .info import BrokerInfo
+from .jobs import JobCommands
+from .lifecycle import Lifecycle
+from .pulls import Pulls
+from .routing import AnyHandler, Command, Reply, Routes
+from .settings import QueueSettings
+from .sink import ReplySink
+from .state import EngineState
+from .webhooks import WebhookRegistry
 from .workers import WorkerRegistry
 
 log = logging.getLogger(__name__)
-Reply = dict[str, Any]
 
 
-def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
-    """A repeat's pattern and zone must be usable, and it must have a future occurrence."""
-    if repeat is None or (repeat.get("pattern") is None and repeat.get("every") is None):
-        return
-    try:
-        if repeat.get("pattern") is not None:
-            check_pattern(repeat["pattern"], repeat.get("tz"))
-        elif repeat.get("tz") is not None:
-            zone(repeat["tz"])
-    except ScheduleError as exc:
-        raise EngineError(str(exc)) from None
-    if first_occurrence(repeat, now) is None:
-        raise EngineError("repeat has no future occurrence")
-
-
-def first_run(repeat: dict[str, Any], run_at: float) -> float:
-    """The first occurrence of a repeating job (its own delay counts as the earliest)."""
-    if repeat.get("pattern") is None and repeat.get("every") is None:
-        return run_at
-    first = first_occurrence(repeat, run_at)
-    return run_at if first is None else first
-
-
-def already_finalized() -> Reply:
-    """The answer to a late ACK/FAIL: a successful no-op, not a retryable error."""
-    return {"ok": True, "data": {"applied": False, "reason": "already-finalized"}}
-
-
-class Engine(
-    PullHandlers,
-    LifecycleHandlers,
-    CronHandlers,
-    FlowHandlers,
-    AdminHandlers,
-    WebhookHandlers,
-    GroupHandlers,
-):
-    """The broker's single writer: executes commands against EngineState."""
+class Engine:
+    """The broker's single writer: the components over one EngineState, and the router."""
 
     def __init__(self, state: EngineState | None = None) -> None:
         self.state = state if state is not None else EngineState()
+        self.info = BrokerInfo()
+        state = self.state
+        self.jobs = JobCommands(state)
+        self.pulls = Pulls(state)
+        self.lifecycle = Lifecycle(state)
+        self.flows = Flows(state)
+        self.settings = QueueSettings(state)
+        self.groups = Groups(state)
+        self.dead_letters = DeadLetterCommands(state)
+        self.dedup = DedupKeys(state)
+        self.crons = CronScheduler(state)
         self.workers = WorkerRegistry()
-        self.job_waiters: dict[str, list[tuple[Any, Any]]] = {}
-        self.started_ms = 0.0
-        self.webhooks: dict[str, Webhook] = {}
-        self.webhook_stats: dict[str, dict[str, Any]] = {}
-        self.changed_webhooks: set[str] = set()
-        self.allow_private_webhooks = False
-        self.crons: dict[str, Cron] = {}
-        self.changed_crons: set[str] = set()
-        self.prometheus = None
-        self._handlers: dict[type, Any] = {
-            cmd.Push: self.push,
-            cmd.PushBatch: self.push_batch,
-            cmd.Pull: self.pull,
-            cmd.PullBatch: self.pull,
-            cmd.Ack: self.ack,
-            cmd.AckBatch: self.ack_batch,
-            cmd.Fail: self.fail,
-            cmd.GetJob: self.get_job,
-            cmd.GetState: self.get_state,
-            cmd.GetResult: self.get_result,
-            cmd.GetJobCounts: self.get_job_counts,
-            cmd.Count: self.count,
-            cmd.JobHeartbeat: self.job_heartbeat,
-            cmd.JobHeartbeatB: self.job_heartbeat_batch,
-            cmd.RegisterWorker: self.workers.register,
-            cmd.UnregisterWorker: self.workers.unregister,
-            cmd.Heartbeat: self.workers.heartbeat,
-            cmd.ListWorkers: self.workers.list,
-            cmd.SubscribeEvents: self.connection_only,
-            cmd.UnsubscribeEvents: self.connection_only,
-            **self.lifecycle_handlers(),
-            **self.cron_handlers(),
-            **self.flow_handlers(),
-            **self.admin_handlers(),
-            **self.webhook_handlers(),
-            **self.group_handlers(),
-        }
+        self.webhooks = WebhookRegistry()
+        self.admin = QueueAdmin(state, self.pulls, self.info)
+        self.dashboard = Dashboard(state, self.admin, self.jobs, self.workers, self.crons)
+        routes = Routes()
+        for component in (
+            self.jobs, self.pulls, self.lifecycle, self.flows, self.settings, self.groups,
+            self.dead_letters, self.dedup, self.crons, self.workers, self.webhooks, self.admin,
+            self.dashboard,
+        ):  # fmt: skip
+            routes.merge(component.routes())
+        routes.add(cmd.SubscribeEvents, self.connection_only)
+        routes.add(cmd.UnsubscribeEvents, self.connection_only)
+        self._handlers: dict[type, AnyHandler] = routes.table
 
-    def connection_only(self, session: Any, command: Any, now: float) -> Reply:
+    def handles(self, kind: type) -> bool:
+        """Whether commands of type `kind` have a handler here."""
+        return kind in self._handlers
+
+    @property
+    def started_ms(self) -> float:
+        """When the broker started (epoch ms; the actor sets it)."""
+        return self.info.started_ms
+
+    @started_ms.setter
+    def started_ms(self, value: float) -> None:
+        self.info.started_ms = value
+
+    @property
+    def prometheus(self) -> Callable[[], str] | None:
+        """Renders the Prometheus exposition (the app sets it), or None."""
+        return self.info.prometheus
+
+    @prometheus.setter
+    def prometheus(self, render: Callable[[], str] | None) -> None:
+        self.info.prometheus = render
+
+    def connection_only(self, session: ReplySink, command: Command, now: float) -> Reply:
         """A command the TCP connection answers itself, reaching the engine from another
         transport (WebSocket clients subscribe with `Subscribe`)."""
         name = type(command).__name__
@@ -141,7 +105,7 @@ class Engine(
 
     # -- the actor's entry points --------------------------------------------------------------
 
-    def execute(self, session: Any, command: Any, now: float) -> None:
+    def execute(self, session: ReplySink, command: Command, now: float) -> None:
         """Run one command and send its reply to `session` (unless it was parked)."""
         try:
             reply = self._handlers[type(command)](session, command, now)
@@ -160,350 +124,33 @@ class Engine(
             self._fire_due(now)
         dirty = self.state.dirty_queues
         while dirty:
-            self._serve_waiters(dirty.pop(), now)
+            self.pulls.serve_waiters(dirty.pop(), now)
         if self.state.finished:
-            self.answer_job_waiters()
+            self.lifecycle.answer_job_waiters()
 
     def _fire_due(self, now: float) -> None:
         """Apply the due timers; handle those that are the engine's (polls, WaitJob, crons)."""
-        for kind, target, token in self.state.fire_timers(now):
+        for kind, target, token in fire_timers(self.state, now):
             if kind == WAIT_JOB:
-                self.wait_timed_out(target)
+                self.lifecycle.wait_timed_out(target)
                 continue
             if kind == GROUP_WAKE:
                 self.state.dirty_queues.add(target)
                 continue
             if kind == CRON:
-                self.fire_cron(target, token, now)
+                self.crons.fire(target, token, now)
                 continue
-            waiter = target
-            if not waiter.done:
-                waiter.done = True
-                waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
-                # Answered polls leave the queue's deque from the front (timeouts expire
-                # roughly in arrival order), so an idle queue polled forever stays small.
-                drop_answered(self.state.queue(waiter.command.queue).waiters)
+            self.pulls.poll_timed_out(target)
 
     def next_deadline(self) -> float:
         """When `tick` next has work to do, in epoch ms (inf when never)."""
         return self.state.wheel.next_deadline()
 
-    def disconnect(self, session: Any, now: float) -> None:
-        """A connection closed: release the jobs it pulled without a lease and did not settle."""
-        state = self.state
-        for job_id in list(session.held):
-            job = state.jobs.get(job_id)
-            if job is not None and job.state == ACTIVE and job.holder is session:
-                state.requeue(job, now)
-        session.held.clear()
+    def disconnect(self, session: ReplySink, now: float) -> None:
+        """A connection closed: requeue the jobs it pulled without a lease and did not settle."""
+        self.state.requeue_holdings(session, now)
         self.workers.disconnect(session)
 
-    # -- push ----------------------------------------------------------------------------------
-
-    def push(self, session: Any, command: cmd.Push, now: float) -> Reply:
-        """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
-        dependencies must exist."""
-        if command.optionsGiven or command.jobId is not None:  # a plain job has nothing to check
-            existing = self._admit(command, now)
-            if existing is not None:
-                return {"ok": True, "id": existing}
-        job = self._new_job(command.queue, command, command.jobId, now)
-        self.state.add(job, now)
-        return {"ok": True, "id": job.id}
-
-    def _admit(self, command: cmd.Push, now: float) -> str | None:
-        """Check a PUSH's options; returns the id of the job it duplicates, if any."""
-        if command.jobId is not None and command.jobId in (command.dependsOn or ()):
-            raise errors.self_dependency(command.jobId)
-        self._check_dependencies(command.dependsOn or (), ())
-        check_repeat(command.repeat, now)
-        self._check_replace(command.queue, command, {})
-        self._check_group_room(command.queue, [command])
-        return self._settle_duplicate(command.queue, command, command.jobId, now)
-
-    def push_batch(self, session: Any, command: cmd.PushBatch, now: float) -> Reply:
-        """PUSHB: every item checked first (dependsOn may name customIds of the batch)."""
-        items: list[Any] = command.jobs  # type: ignore[assignment]
-        queue = command.queue
-        batch_ids = {item.customId for item in items if item.customId is not None}
-        earlier_keys: dict[str, str] = {}  # uniqueKey -> customId (or "") of its first item
-        for index, item in enumerate(items):
-            try:
-                if item.customId is not None and item.customId in (item.dependsOn or ()):
-                    raise errors.self_dependency(item.customId)
-                self._check_dependencies(item.dependsOn or (), batch_ids)
-                check_repeat(item.repeat, now)
-                self._check_replace(queue, item, earlier_keys, items)
-            except EngineError as exc:
-                raise EngineError(f"jobs[{index}]: {exc}") from None
-            if item.uniqueKey is not None:
-                earlier_keys.setdefault(item.uniqueKey, item.customId or "")
-        self._check_batch_cycles(items)
-        self._check_group_room(queue, items, batch=True)
-        return {"ok": True, "ids": self._add_batch(queue, items, now)}
-
-    def _check_group_room(self, queue_name: str, items: list[Any], batch: bool = False) -> None:
-        """groupMaxSize admission, all or nothing: no job may take its group's pending depth
-        past its cap, counting the jobs of the same batch ahead of it."""
-        queue = self.state.queue(queue_name)
-        adding: dict[str, int] = {}
-        jobs = self.state.jobs
-        for index, item in enumerate(items):
-            group = item.groupId
-            custom_id = getattr(item, "customId", None) or getattr(item, "jobId", None)
-            if group is None or (custom_id is not None and custom_id in jobs):
-                continue
-            depth = queue.group_pending.get(group, 0) + adding.get(group, 0) + 1
-            cap = item.groupMaxSize
-            if cap is not None and depth > cap:
-                prefix = f"jobs[{index}]: " if batch else ""
-                raise EngineError(f"{prefix}Group {group} is full (groupMaxSize {cap})")
-            adding[group] = adding.get(group, 0) + 1
-
-    def _add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
-        # A dependency on a later item of the batch is simply not completed yet when the earlier
-        # job is added, so adding in input order already gives "any order" chains.
-        state = self.state
-        ids: list[str] = []
-        created: list[Job] = []
-        taken: dict[str, str] = {}
-        fresh = iter(uuid7s(len(items)))
-        for item in items:
-            existing = self._settle_duplicate(queue, item, item.customId, now)
-            if existing is None and item.customId is not None:
-                existing = taken.get(item.customId)
-            if existing is None and item.uniqueKey is not None:
-                existing = taken.get("\0" + item.uniqueKey)
-                if existing is not None and (item.dedup or {}).get("replace"):
-                    # As PUSH does: the earlier job of the batch (not started) is replaced.
-                    created = [job for job in created if job.id != existing]
-                    existing = None
-            if existing is not None:
-                ids.append(existing)
-                continue
-            job = job_from_push(item, queue, item.customId or next(fresh), item.customId, now)
-            if item.customId is not None:
-                taken[item.customId] = job.id
-            if item.uniqueKey is not None:
-                taken["\0" + item.uniqueKey] = job.id
-            created.append(job)
-            ids.append(job.id)
-        for job in created:
-            state.add(job, now)
-        return ids
-
-    def _settle_duplicate(
-        self, queue: str, fields: Any, custom_id: str | None, now: float
-    ) -> str | None:
-        """The existing job this push is a duplicate of (None: add it), applying dedup's
-        `extend` (restart the key's window) and `replace` (drop a job not yet started)."""
-        state = self.state
-        if custom_id is not None and custom_id in state.jobs:
-            return custom_id
-        key = fields.uniqueKey
-        owner = None if key is None else state.key_owner(UNIQUE, queue, key, now)
-        if owner is not None:
-            dedup = fields.dedup or {}
-            held = state.jobs.get(owner)
-            if dedup.get("replace") and held is not None and held.state in NOT_STARTED:
-                state.remove(held)
-                return None
-            if dedup.get("extend") and dedup.get("ttl"):
-                state.extend_key(UNIQUE, queue, key, owner, now + dedup["ttl"])
-            return owner
-        debounce = fields.debounceId
-        if debounce is not None:
-            return state.key_owner(DEBOUNCE, queue, debounce, now)
-        return None
-
-    def _check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
-        """Every dependency is a job the broker holds, one that completed (even if it was
-        removed since), or a job of the same batch."""
-        jobs = self.state.jobs
-        done = self.state.done_ids
-        for dep_id in depends_on:
-            if dep_id not in jobs and dep_id not in batch_ids and dep_id not in done:
-                raise errors.dependency_missing(dep_id)
-
-    def _check_batch_cycles(self, items: list[Any]) -> None:
-        """Jobs of one batch must not wait for each other in a circle (none could ever run).
-        Jobs already held only wait for jobs that existed before them, so a cycle can only
-        run through the batch's own custom ids."""
-        edges = {item.customId: item.dependsOn or () for item in items if item.customId}
-        cycle = find_cycle(edges)
-        if cycle is not None:
-            index = next(i for i, item in enumerate(items) if item.customId == cycle[0])
-            raise EngineError(f"jobs[{index}]: Dependency cycle: {' -> '.join(cycle)}")
-
-    def _check_replace(
-        self, queue: str, fields: Any, earlier_keys: dict[str, str], batch: Any = ()
-    ) -> None:
-        """dedup `replace` may not drop a job that other live jobs wait for: they would wait
-        forever. Checked before anything changes (the replacement itself happens later)."""
-        key = fields.uniqueKey
-        if key is None or not (fields.dedup or {}).get("replace"):
-            return
-        state = self.state
-        if key in earlier_keys:  # replaces an earlier job of the same batch
-            custom_id = earlier_keys[key]
-            waiting = [item.customId or "?" for item in batch
-                       if custom_id and custom_id in (item.dependsOn or ())]  # fmt: skip
-            if waiting:
-                raise errors.replace_blocked(custom_id, waiting)
-            return
-        owner = state.key_owner(UNIQUE, queue, key, state.now)
-        held = state.jobs.get(owner) if owner is not None else None
-        if held is None or held.state not in NOT_STARTED:
-            return
-        jobs = state.jobs
-        waiting = [
-            dep_id
-            for dep_id in state.dependents.get(held.id, ())
-            if dep_id in jobs and jobs[dep_id].state == WAITING_CHILDREN
-        ]
-        if waiting:
-            raise errors.replace_blocked(held.id, waiting)
-
-    def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
-        job = job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
-        if job.repeat is not None:
-            job.run_at = first_run(job.repeat, job.run_at)
-        return job
-
-    # -- settle --------------------------------------------------------------------------------
-
-    def _active_job(self, job_id: str, token: str | None) -> Job:
-        job = self.state.jobs.get(job_id)
-        if job is None or job.state != ACTIVE:
-            raise errors.not_processing(job_id)
-        if job.lock_token is not None and token is None:
-            raise errors.token_required(job_id)
-        if token is not None and token != job.lock_token:
-            # A token, when given, must be the current lease's: a stale one (its lease expired
-            # and the job was pulled again) must not settle someone else's delivery.
-            raise errors.token_invalid(job_id)
-        return job
-
-    def _late(self, job_id: str, token: str | None) -> bool:
-        """Whether this settles an activation that its processing timeout already finalised."""
-        job = self.state.jobs.get(job_id)
-        if job is None or not job.late_open or job.state == ACTIVE:
-            return False
-        return token is None or token == job.late_token
-
-    def ack(self, session: Any, command: cmd.Ack, now: float) -> Reply:
-        """ACK: complete an active job (token required when it is leased)."""
-        if self._late(command.id, command.token):
-            return already_finalized()
-        job = self._active_job(command.id, command.token)
-        remove = command.removeOnComplete or job.remove_on_complete
-        self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
-        return {"ok": True}
-
-    def ack_batch(self, session: Any, command: cmd.AckBatch, now: float) -> Reply:
-        """ACKB: every job and token checked before any job completes."""
-        ids: list[str] = command.ids
-        tokens = command.tokens or [None] * len(ids)
-        results: list[Any] = command.results or [None] * len(ids)
-        for job_id, token in zip(ids, tokens, strict=True):  # every position: a repeated
-            if not self._late(job_id, token):  # id with one wrong token rejects the batch
-                self._active_job(job_id, token)
-        ignored_ids: list[str] = []
-        ignored_indices: list[int] = []
-        for index, (job_id, result) in enumerate(zip(ids, results, strict=True)):
-            job = self.state.jobs.get(job_id)
-            if job is None or job.state != ACTIVE:
-                ignored_ids.append(job_id)
-                ignored_indices.append(index)
-                continue
-            self.state.complete(job, now, result, job.remove_on_complete)  # type: ignore[arg-type]
-        if ignored_ids:
-            return {
-                "ok": True,
-                "data": {"ignoredIds": ignored_ids, "ignoredIndices": ignored_indices},
-            }
-        return {"ok": True}
-
-    def fail(self, session: Any, command: cmd.Fail, now: float) -> Reply:
-        """FAIL: retry after the backoff while attempts remain, else to the dead-letter queue."""
-        if self._late(command.id, command.token):
-            return already_finalized()
-        job = self._active_job(command.id, command.token)
-        if command.stack is not None:
-            limit = max(int(job.stack_trace_limit), 0)
-            job.stacktrace = command.stack[:limit]
-        reason = command.error if command.error is not None else "Job failed"
-        remove = command.removeOnFail or job.remove_on_fail
-        self.state.settle_failure(
-            job, now, reason, unrecoverable=command.unrecoverable, remove=remove
-        )
-        return {"ok": True}
-
-    # -- heartbeats ----------------------------------------------------------------------------
-
-    def job_heartbeat(self, session: Any, command: cmd.JobHeartbeat, now: float) -> Reply:
-        """JobHeartbeat: note the job is alive; with its token, renew the lease too."""
-        if not self._beat(command.id, command.token, command.duration, now):
-            raise EngineError("Job not found or not active (or invalid token)")
-        return {"ok": True, "data": {"ok": True}}
-
-    def job_heartbeat_batch(self, session: Any, command: cmd.JobHeartbeatB, now: float) -> Reply:
-        """JobHeartbeatB: heartbeat many jobs; answers how many were alive."""
-        tokens = command.tokens or [None] * len(command.ids)
-        count = sum(
-            self._beat(job_id, token, None, now)
-            for job_id, token in zip(command.ids, tokens, strict=False)
-        )
-        return {"ok": True, "data": {"ok": True, "count": count}}
-
-    def _beat(self, job_id: str, token: str | None, duration: float | None, now: float) -> bool:
-        job = self.state.jobs.get(job_id)
-        if job is None or job.state != ACTIVE:
-            return False
-        if token is not None and token != job.lock_token:
-            return False  # a stale worker's beat must not keep the job looking alive
-        job.last_heartbeat = now
-        if token is not None:
-            self.state.renew_lease(job, now, job.lock_ttl if duration is None else duration)
-        return True
-
-    # -- queries -------------------------------------------------------------------------------
-
-    def get_job(self, session: Any, command: cmd.GetJob, now: float) -> Reply:
-        """GetJob: the job with its state, or `Job not found`."""
-        job = self.state.jobs.get(command.id)
-        if job is None:
-            raise EngineError(errors.JOB_NOT_FOUND)
-        return {"ok": True, "job": job.to_wire_with_state()}
-
-    def get_state(self, session: Any, command: cmd.GetState, now: float) -> Reply:
-        """GetState: the job's state, `unknown` when the broker does not know it."""
-        job = self.state.jobs.get(command.id)
-        return {"ok": True, "id": command.id, "state": UNKNOWN if job is None else job.state}
-
-    def get_result(self, session: Any, command: cmd.GetResult, now: float) -> Reply:
-        """GetResult: the result a completed job was acknowledged with (nil otherwise)."""
-        job = self.state.jobs.get(command.id)
-        result = None
-        if job is not None and job.state == COMPLETED and job.result is not None:
-            result = msgspec.Raw(job.result)
-        return {"ok": True, "id": command.id, "result": result}
-
-    def get_job_counts(self, session: Any, command: cmd.GetJobCounts, now: float) -> Reply:
-        """GetJobCounts: jobs of the queue by state; a paused queue's ready jobs (waiting and
-        prioritized) count as `paused` instead, as GetJobs lists them."""
-        queue = self.state.queues.get(command.queue)
-        counts = dict(queue.counts) if queue else dict.fromkeys(COUNTED_STATES, 0)
-        counts["paused"] = 0
-        if queue is not None and queue.paused:
-            counts["paused"] = counts[WAITING] + counts[PRIORITIZED]
-            counts[WAITING] = counts[PRIORITIZED] = 0
-        return {"ok": True, "counts": counts}
-
-    def count(self, session: Any, command: cmd.Count, now: float) -> Reply:
-        """Count: waiting + prioritized + delayed jobs of the queue."""
-        queue = self.state.queues.get(command.queue)
-        if queue is None:
-            return {"ok": True, "count": 0}
-        counts = queue.counts
-        return {"ok": True, "count": counts["waiting"] + counts["prioritized"] + counts["delayed"]}
+    def answer_parked(self) -> None:
+        """Answer every parked long poll with no job (the broker is shutting down)."""
+        self.pulls.answer_parked()

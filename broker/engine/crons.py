@@ -23,7 +23,9 @@ from store import Record
 from .errors import EngineError
 from .keys import UNIQUE
 from .model import QUEUED_STATES, Job, uuid7
+from .routing import Routes
 from .schedule import ScheduleError, check_pattern, next_every, next_fire, zone
+from .sink import ReplySink
 from .state import EngineState
 
 CRON = "cron"
@@ -89,23 +91,32 @@ def cron_from_record(record: Record) -> Cron:
     return Cron(**_decode(record.body))
 
 
-class CronHandlers:
-    """Cron, CronGet, CronDelete, CronList, and firing (mixed into Engine)."""
+class CronScheduler:
+    """The crons: a component of the engine. Owns the crons and which of them changed since
+    the last commit; answers Cron, CronGet, CronDelete, CronList (`routes`) and fires crons
+    (`fire`, called by the engine for a due CRON timer). Of the rest of the engine it uses
+    EngineState only: to push a run (`add`), look up and remove a queued run by its overlap
+    key, and arm its timer on the wheel."""
 
-    state: EngineState
-    crons: dict[str, Cron]
-    changed_crons: set[str]
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+        self.crons: dict[str, Cron] = {}
+        self.changed_crons: set[str] = set()
 
-    def cron_handlers(self) -> dict[type, Any]:
-        """Command type -> handler, for the engine's dispatch table."""
-        return {
-            cmd.CronUpsert: self.cron_upsert,
-            cmd.CronGet: self.cron_get,
-            cmd.CronDelete: self.cron_delete,
-            cmd.CronList: self.cron_list,
-        }
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.CronUpsert, self.cron_upsert)
+        routes.add(cmd.CronGet, self.cron_get)
+        routes.add(cmd.CronDelete, self.cron_delete)
+        routes.add(cmd.CronList, self.cron_list)
+        return routes
 
-    def cron_upsert(self, session: Any, command: cmd.CronUpsert, now: float) -> Reply:
+    def summaries(self) -> list[Reply]:
+        """Every cron as CronList shows it."""
+        return [cron.summary() for cron in self.crons.values()]
+
+    def cron_upsert(self, session: ReplySink, command: cmd.CronUpsert, now: float) -> Reply:
         """Cron: create or replace; executions carry over; `immediately` fires a new one now."""
         try:
             if command.schedule is not None:
@@ -143,23 +154,23 @@ class CronHandlers:
         if job is not None and job.name == cron.name and job.state in QUEUED_STATES:
             self.state.remove(job)
 
-    def cron_get(self, session: Any, command: cmd.CronGet, now: float) -> Reply:
+    def cron_get(self, session: ReplySink, command: cmd.CronGet, now: float) -> Reply:
         """CronGet."""
         cron = self.crons.get(command.name)
         if cron is None:
             raise EngineError(CRON_NOT_FOUND)
         return {"ok": True, "cron": cron.summary()}
 
-    def cron_delete(self, session: Any, command: cmd.CronDelete, now: float) -> Reply:
+    def cron_delete(self, session: ReplySink, command: cmd.CronDelete, now: float) -> Reply:
         """CronDelete."""
         if self.crons.pop(command.name, None) is None:
             raise EngineError(CRON_NOT_FOUND)
         self._cron_changed(command.name)
         return {"ok": True}
 
-    def cron_list(self, session: Any, command: cmd.CronList, now: float) -> Reply:
+    def cron_list(self, session: ReplySink, command: cmd.CronList, now: float) -> Reply:
         """CronList."""
-        return {"ok": True, "crons": [cron.summary() for cron in self.crons.values()]}
+        return {"ok": True, "crons": self.summaries()}
 
     def _cron_changed(self, name: str) -> None:
         if self.state.tracking:  # only a store needs to hear of it
@@ -171,7 +182,7 @@ class CronHandlers:
         self._cron_changed(cron.name)
         self.state.wheel.schedule(cron.next_run, CRON, cron, cron.generation)
 
-    def fire_cron(self, cron: Cron, generation: int, now: float) -> None:
+    def fire(self, cron: Cron, generation: int, now: float) -> None:
         """A cron's time came: push its job (unless the last one still runs), move on."""
         if self.crons.get(cron.name) is not cron or cron.generation != generation:
             return
@@ -193,7 +204,7 @@ class CronHandlers:
             return
         self._arm_cron(cron)
 
-    def restore_crons(self, records: list[Record], now: float) -> None:
+    def restore(self, records: list[Record], now: float) -> None:
         """Load stored crons; a run missed while down is skipped or fired once (see above)."""
         for record in records:
             if record.kind != CRON:
@@ -206,7 +217,7 @@ class CronHandlers:
                 continue
             self._arm_cron(cron)
 
-    def take_cron_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
+    def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Crons to write and to delete since the last commit."""
         writes, deletes = [], []
         for name in self.changed_crons:

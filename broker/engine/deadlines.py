@@ -1,24 +1,20 @@
-"""Deadlines: the rules of everything the timer wheel drives, and retention.
+"""Deadlines: the rules of everything the timer wheel drives (Retention itself: retention.py).
 
 Delayed jobs becoming ready, leases and processing timeouts running out, stall checks, ttl
 expiry, retention by count and age, dedup-key expiry: each is a timer on the wheel carrying a
 token, and a timer whose token no longer matches its job is stale and ignored (lazy deletion).
-`DeadlineRules` is a mixin of EngineState; its methods take `self: EngineState`.
+The rules are functions over `TimedState`, the part of EngineState they may touch.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .dlq import DLQ_RETRY, DeadLetterState, auto_retry
+from .keys import KeyRegistry
 from .model import ACTIVE, COMPLETED, DELAYED, FAILED, PRIORITIZED, WAITING, WAITING_CHILDREN, Job
-
-if TYPE_CHECKING:
-    from .keys import KeyRegistry
-    from .queues import QueueState
-    from .timers import TimerWheel
+from .queues import QueueState
+from .retention import RETENTION, Retention, expire_retained
 
 MAX_BACKOFF_MS = 3_600_000
 MAX_STALLS = 3
@@ -26,14 +22,12 @@ MAX_STALLS = 3
 LEASE = "lease"
 PROMOTE = "promote"
 POLL = "poll"
-RETENTION = "retention"
 WAIT_JOB = "wait-job"
 TIMEOUT = "timeout"
 TTL = "ttl"
 STALL = "stall"
 KEY_EXPIRY = "key-expiry"
 GROUP_WAKE = "group-wake"
-DLQ_RETRY = "dlq-retry"
 TIMEOUT_REASON = "Job timeout exceeded"
 TTL_REASON = "Job expired (ttl)"
 
@@ -52,228 +46,160 @@ def retry_delay(job: Job) -> float:
     return min(job.backoff * (2**exponent), cap)
 
 
-_finishes = itertools.count(1)
+class TimedState(DeadLetterState, Protocol):
+    """What the timer rules touch of EngineState: the jobs and queues, the keys, and the
+    transitions a timer can cause."""
+
+    jobs: dict[str, Job]
+    queues: dict[str, QueueState]
+    keys: KeyRegistry
+    completed: Retention
+
+    def make_ready(self, job: Job) -> None:
+        """Put a job in its queue's ready heap."""
+        ...
+
+    def fail(self, job: Job, now: float, reason: str, remove: bool) -> None:
+        """Terminal failure."""
+        ...
+
+    def requeue(self, job: Job, now: float) -> None:
+        """An active job back, ready at its old run time."""
+        ...
+
+    def retry(self, job: Job, now: float) -> None:
+        """Back to delayed after the backoff."""
+        ...
+
+    def emit(self, kind: str, job: Job, **extra: Any) -> None:
+        """Record a job event."""
+        ...
 
 
-def mark_finished(job: Job) -> None:
-    """Give a job that just finished (completed or failed) a new finish number: the entries of
-    its earlier finishes, in every Retention, stop being current."""
-    job.retained_seq = next(_finishes)
+def arm_ttl(state: TimedState, job: Job) -> None:
+    if job.ttl:  # 0 means none, as for `timeout`
+        state.wheel.schedule(job.created_at + job.ttl, TTL, job)
 
 
-class Retention:
-    """Finished jobs of one kind (completed or failed), oldest first, kept up to a count and
-    an age. Entries are (finished_at, seq, job); an entry is current while its job is still in
-    this state under the same finish number (`retained_seq`, see `mark_finished`): a job
-    retried and finished again gets a new entry, and its old one is stale. One job may be in
-    several Retentions (the broker-wide one and its queue's dead-letter caps). `count` is the
-    number of jobs in the state, kept by EngineState as jobs enter and leave it."""
-
-    def __init__(self, state: str, limit: float, max_age_ms: float) -> None:
-        self.state = state
-        self.limit = limit
-        self.max_age_ms = max_age_ms
-        self.entries: deque[tuple[float, int, Job]] = deque()
-        self.count = 0
-        self.stale = 0  # entries no longer current (see housekeeping.py)
-        self.armed_at: float | None = None  # when its pending age timer fires, if it has one
-
-    def add(self, job: Job, finished_at: float) -> None:
-        """Keep `job`, finished at `finished_at` (call in finishing order, after
-        `mark_finished`)."""
-        self.entries.append((finished_at, job.retained_seq, job))
-
-    def compact(self) -> None:
-        """Drop the entries that are no longer current."""
-        self.entries = deque(entry for entry in self.entries if self.current(entry))
-        self.stale = 0
-
-    def current(self, entry: tuple[float, int, Job]) -> bool:
-        """Whether the entry still describes its job."""
-        _, seq, job = entry
-        return job.state == self.state and job.retained_seq == seq
-
-    def next_expiry(self) -> float | None:
-        """When the oldest entry reaches the age limit (None when empty or ageless)."""
-        if not self.entries or self.max_age_ms == math.inf:
-            return None
-        return self.entries[0][0] + self.max_age_ms
+def arm_timeout(state: TimedState, job: Job, started_at: float) -> None:
+    job.activation += 1
+    if job.timeout:
+        state.wheel.schedule(started_at + job.timeout, TIMEOUT, job, job.activation)
+    _arm_stall_check(state, job)
 
 
-class DeadlineRules:
-    """Timer-driven rules, mixed into EngineState."""
+def _arm_stall_check(state: TimedState, job: Job) -> None:
+    """With a `stallTimeout`, one stall check per activation: at the last heartbeat plus
+    the timeout. Jobs without one rely on their lease, or on their connection closing:
+    a worker that leases for five minutes and does not heartbeat is not a stalled one."""
+    interval = _stall_interval(state, job)
+    if interval:
+        state.wheel.schedule(job.last_heartbeat + interval, STALL, job, job.activation)
 
-    if TYPE_CHECKING:  # what EngineState provides
-        wheel: TimerWheel
-        jobs: dict[str, Job]
-        queues: dict[str, QueueState]
-        keys: KeyRegistry
-        completed: Retention
-        failed: Retention
 
-        def queue(self, name: str) -> QueueState: ...
-        def fail(self, job: Job, now: float, reason: str, remove: bool) -> None: ...
-        def requeue(self, job: Job, now: float) -> None: ...
-        def retry(self, job: Job, now: float) -> None: ...
-        def make_ready(self, job: Job) -> None: ...
-        def emit(self, kind: str, job: Job, **extra: Any) -> None: ...
-        def _forget(self, job: Job) -> None: ...
-        def auto_retry(self, job: Job, finish: int, now: float) -> None: ...
+def _stall_interval(state: TimedState, job: Job) -> float | None:
+    """The job's stallTimeout, else a stallInterval its queue was configured with."""
+    if job.stall_timeout is not None and job.stall_timeout > 0:
+        return job.stall_timeout
+    config = state.queue(job.queue).stall_config
+    if config.get("enabled", True) and config.get("stallInterval"):
+        return float(config["stallInterval"])
+    return None
 
-    def _arm_ttl(self, job: Job) -> None:
-        if job.ttl:  # 0 means none, as for `timeout`
-            self.wheel.schedule(job.created_at + job.ttl, TTL, job)
 
-    def _arm_timeout(self, job: Job, started_at: float) -> None:
-        job.activation += 1
-        if job.timeout:
-            self.wheel.schedule(started_at + job.timeout, TIMEOUT, job, job.activation)
-        self._arm_stall_check(job)
+def _check_stall(state: TimedState, job: Job, now: float) -> None:
+    interval = _stall_interval(state, job)
+    if interval is None:
+        return
+    if now - job.last_heartbeat < interval:
+        _arm_stall_check(state, job)  # a heartbeat came meanwhile: look again later
+        return
+    _count_stall(state, job, now, "Job stalled")
 
-    def _arm_stall_check(self, job: Job) -> None:
-        """With a `stallTimeout`, one stall check per activation: at the last heartbeat plus
-        the timeout. Jobs without one rely on their lease, or on their connection closing:
-        a worker that leases for five minutes and does not heartbeat is not a stalled one."""
-        interval = self._stall_interval(job)
-        if interval:
-            self.wheel.schedule(job.last_heartbeat + interval, STALL, job, job.activation)
 
-    def _stall_interval(self, job: Job) -> float | None:
-        """The job's stallTimeout, else a stallInterval its queue was configured with."""
-        if job.stall_timeout is not None and job.stall_timeout > 0:
-            return job.stall_timeout
-        config = self.queue(job.queue).stall_config
-        if config.get("enabled", True) and config.get("stallInterval"):
-            return float(config["stallInterval"])
-        return None
+def timer_is_current(state: TimedState, timer: Any) -> bool:
+    job = timer.target
+    if timer.kind == PROMOTE:
+        return job.state == DELAYED and job.timer_token == timer.token
+    if timer.kind == LEASE:
+        return job.state == ACTIVE and job.lock_token == timer.token
+    if timer.kind in (TIMEOUT, STALL):
+        return job.state == ACTIVE and job.activation == timer.token
+    if timer.kind == TTL:
+        live = state.jobs.get(job.id) is job  # not a removed one whose id came back
+        return live and job.state not in (COMPLETED, FAILED)
+    if timer.kind == DLQ_RETRY:
+        return job.state == FAILED and job.retained_seq == timer.token
+    return True  # polls, WaitJob and retention decide when they fire
 
-    def _check_stall(self, job: Job, now: float) -> None:
-        interval = self._stall_interval(job)
-        if interval is None:
-            return
-        if now - job.last_heartbeat < interval:
-            self._arm_stall_check(job)  # a heartbeat came meanwhile: look again later
-            return
-        self._count_stall(job, now, "Job stalled")
 
-    def _retain(self, retention: Retention, job: Job, now: float) -> None:
-        """Keep a job that has just finished (after `mark_finished`) in `retention`, forgetting
-        what that pushes over its caps."""
-        retention.add(job, job.completed_at or now)
-        self.expire_retained(retention, now)
-
-    def expire_retained(self, retention: Retention, now: float) -> None:
-        """Forget finished jobs past their count or age (oldest first), and make sure a timer
-        comes for the next one to age out: one pending timer per Retention, unless the next
-        expiry is earlier than it (a shorter maxAge)."""
-        entries = retention.entries
-        while entries:
-            entry = entries[0]
-            if not retention.current(entry):
-                entries.popleft()  # the job moved on (retried, removed): nothing to forget
-                retention.stale = max(retention.stale - 1, 0)
-                continue
-            if retention.count <= retention.limit and entry[0] + retention.max_age_ms > now:
-                break
-            entries.popleft()
-            self._forget(entry[2])  # leaving the state lowers retention.count
-            retention.stale = max(retention.stale - 1, 0)  # ...and counted this entry stale
-        expiry = retention.next_expiry()
-        armed = retention.armed_at
-        if expiry is not None and (armed is None or expiry < armed):
-            retention.armed_at = expiry
-            self.wheel.schedule(expiry, RETENTION, retention)
-
-    def compact(self) -> None:
-        """Prune stale heap and timer entries and forget idle, empty queues (CompactMemory)."""
-        for name, queue in list(self.queues.items()):
-            queue.compact()
-            if queue.idle():
-                del self.queues[name]
-        self.wheel.compact(self._timer_is_current)
-        self.completed.compact()
-        self.failed.compact()
-
-    def _timer_is_current(self, timer: Any) -> bool:
+def fire_timers(state: TimedState, now: float) -> list[tuple[str, Any, Any]]:
+    """Apply every due delay, lease expiry and retention limit; returns the due timers
+    that are the engine's to handle (polls, WaitJob, crons), as (kind, target, token)."""
+    for_engine: list[tuple[str, Any, Any]] = []
+    for timer in state.wheel.pop_due(now):
         job = timer.target
         if timer.kind == PROMOTE:
-            return job.state == DELAYED and job.timer_token == timer.token
-        if timer.kind == LEASE:
-            return job.state == ACTIVE and job.lock_token == timer.token
-        if timer.kind in (TIMEOUT, STALL):
-            return job.state == ACTIVE and job.activation == timer.token
-        if timer.kind == TTL:
-            live = self.jobs.get(job.id) is job  # not a removed one whose id came back
-            return live and job.state not in (COMPLETED, FAILED)
-        if timer.kind == DLQ_RETRY:
-            return job.state == FAILED and job.retained_seq == timer.token
-        return True  # polls, WaitJob and retention decide when they fire
-
-    def fire_timers(self, now: float) -> list[tuple[str, Any, Any]]:
-        """Apply every due delay, lease expiry and retention limit; returns the due timers
-        that are the engine's to handle (polls, WaitJob, crons), as (kind, target, token)."""
-        for_engine: list[tuple[str, Any, Any]] = []
-        for timer in self.wheel.pop_due(now):
-            job = timer.target
-            if timer.kind == PROMOTE:
-                if job.state == DELAYED and job.timer_token == timer.token:
-                    self.make_ready(job)
-            elif timer.kind == LEASE:
-                # A renewed lease leaves its earlier timers behind: only the current
-                # expiry counts.
-                current = job.state == ACTIVE and job.lock_token == timer.token
-                if current and now >= job.lock_expires_at:
-                    self._lease_expired(job, now)
-            elif timer.kind == RETENTION:
-                if timer.target.armed_at == timer.at_ms:
-                    timer.target.armed_at = None  # this was its pending timer
-                self.expire_retained(timer.target, now)
-            elif timer.kind == DLQ_RETRY:
-                self.auto_retry(job, timer.token, now)
-            elif timer.kind == TIMEOUT:
-                if job.state == ACTIVE and job.activation == timer.token:
-                    self.time_out(job, now)
-            elif timer.kind == KEY_EXPIRY:
-                self.keys.expire(*timer.target)
-            elif timer.kind == STALL:
-                if job.state == ACTIVE and job.activation == timer.token:
-                    self._check_stall(job, now)
-            elif timer.kind == TTL:
-                if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
-                    self.fail(job, now, TTL_REASON, job.remove_on_fail)
-            else:
-                for_engine.append((timer.kind, timer.target, timer.token))
-        return for_engine
-
-    def time_out(self, job: Job, now: float) -> None:
-        """The processing timeout passed: fail the attempt exactly as a FAIL would, and
-        remember it so the worker's late ACK or FAIL is answered as a no-op."""
-        job.late_open = True
-        job.late_token = job.lock_token
-        self.settle_failure(
-            job, now, TIMEOUT_REASON, unrecoverable=False, remove=job.remove_on_fail
-        )
-
-    def settle_failure(
-        self, job: Job, now: float, reason: str, *, unrecoverable: bool, remove: bool
-    ) -> None:
-        """Count a failed attempt: retry after the backoff while attempts remain, else fail."""
-        job.attempts += 1
-        if unrecoverable or job.attempts >= job.max_attempts:
-            self.fail(job, now, reason, remove)
+            if job.state == DELAYED and job.timer_token == timer.token:
+                state.make_ready(job)
+        elif timer.kind == LEASE:
+            # A renewed lease leaves its earlier timers behind: only the current
+            # expiry counts.
+            current = job.state == ACTIVE and job.lock_token == timer.token
+            if current and now >= job.lock_expires_at:
+                _lease_expired(state, job, now)
+        elif timer.kind == RETENTION:
+            if timer.target.armed_at == timer.at_ms:
+                timer.target.armed_at = None  # this was its pending timer
+            expire_retained(state, timer.target, now)
+        elif timer.kind == DLQ_RETRY:
+            auto_retry(state, job, timer.token, now)
+        elif timer.kind == TIMEOUT:
+            if job.state == ACTIVE and job.activation == timer.token:
+                time_out(state, job, now)
+        elif timer.kind == KEY_EXPIRY:
+            state.keys.expire(*timer.target)
+        elif timer.kind == STALL:
+            if job.state == ACTIVE and job.activation == timer.token:
+                _check_stall(state, job, now)
+        elif timer.kind == TTL:
+            if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
+                state.fail(job, now, TTL_REASON, job.remove_on_fail)
         else:
-            job.failed_reason = reason
-            self.retry(job, now)
+            for_engine.append((timer.kind, timer.target, timer.token))
+    return for_engine
 
-    def _lease_expired(self, job: Job, now: float) -> None:
-        self._count_stall(job, now, "Lock expired: job stalled")
 
-    def _count_stall(self, job: Job, now: float, reason: str) -> None:
-        """A stall costs an attempt; the third one fails the job, the others requeue it."""
-        job.attempts += 1
-        job.stall_count += 1
-        self.emit("stalled", job, stallCount=job.stall_count)
-        if job.stall_count >= self.queue(job.queue).stall_config.get("maxStalls", MAX_STALLS):
-            self.fail(job, now, f"{reason} {job.stall_count} times", job.remove_on_fail)
-        else:
-            self.requeue(job, now)
+def time_out(state: TimedState, job: Job, now: float) -> None:
+    """The processing timeout passed: fail the attempt exactly as a FAIL would, and
+    remember it so the worker's late ACK or FAIL is answered as a no-op."""
+    job.late_open = True
+    job.late_token = job.lock_token
+    settle_failure(state, job, now, TIMEOUT_REASON, unrecoverable=False, remove=job.remove_on_fail)
+
+
+def settle_failure(
+    state: TimedState, job: Job, now: float, reason: str, *, unrecoverable: bool, remove: bool
+) -> None:
+    """Count a failed attempt: retry after the backoff while attempts remain, else fail."""
+    job.attempts += 1
+    if unrecoverable or job.attempts >= job.max_attempts:
+        state.fail(job, now, reason, remove)
+    else:
+        job.failed_reason = reason
+        state.retry(job, now)
+
+
+def _lease_expired(state: TimedState, job: Job, now: float) -> None:
+    _count_stall(state, job, now, "Lock expired: job stalled")
+
+
+def _count_stall(state: TimedState, job: Job, now: float, reason: str) -> None:
+    """A stall costs an attempt; the third one fails the job, the others requeue it."""
+    job.attempts += 1
+    job.stall_count += 1
+    state.emit("stalled", job, stallCount=job.stall_count)
+    if job.stall_count >= state.queue(job.queue).stall_config.get("maxStalls", MAX_STALLS):
+        state.fail(job, now, f"{reason} {job.stall_count} times", job.remove_on_fail)
+    else:
+        state.requeue(job, now)

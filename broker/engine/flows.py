@@ -6,43 +6,51 @@ PUSHF graph rules, all checked before anything changes: ids are unique and new; 
 includes it, and every listed child points back; the `dependsOn` graph has no cycle; each
 group's `groupMaxSize` holds for the whole graph. Then every job is added in the same pass, so
 one transaction stores them all before any of them can be pulled.
+
+A component that owns nothing: the jobs and their edges are EngineState's. It also answers
+the legacy flow edits (MoveToWaitingChildren, RemoveChildDependency, RemoveUnprocessedChildren).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from protocol import flows as cmd
+from protocol import groups as groups_cmd
 
+from .admission import check_group_room, find_cycle
 from .errors import EngineError, self_dependency
-from .model import COMPLETED, FAILED, Job, job_from_push
-from .state import EngineState
+from .leases import active_job
+from .model import ACTIVE, COMPLETED, FAILED, QUEUED_STATES, WAITING_CHILDREN, Job, job_from_push
+from .routing import Routes
+from .sink import ReplySink
+from .state import NOT_STARTED, EngineState
 
 Reply = dict[str, Any]
 
 
-class FlowHandlers:
-    """PUSHF, UpdateParent and the children queries (mixed into Engine)."""
+class Flows:
+    """PUSHF, UpdateParent, the children queries and the legacy flow edits."""
 
-    state: EngineState
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
 
-    def _check_group_room(self, queue: str, items: list[Any], batch: bool = False) -> None:
-        raise NotImplementedError  # provided by Engine
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.PushFlow, self.push_flow)
+        routes.add(cmd.UpdateParent, self.update_parent)
+        routes.add(cmd.GetChildrenValues, self.get_children_values)
+        routes.add(cmd.GetFailedChildrenValues, self.get_failed_children_values)
+        routes.add(cmd.GetIgnoredChildrenFailures, self.get_ignored_children_failures)
+        routes.add(groups_cmd.MoveToWaitingChildren, self.move_to_waiting_children)
+        routes.add(groups_cmd.RemoveChildDependency, self.remove_child_dependency)
+        routes.add(groups_cmd.RemoveUnprocessedChildren, self.remove_unprocessed_children)
+        return routes
 
-    def flow_handlers(self) -> dict[type, Any]:
-        """Command type -> handler, for the engine's dispatch table."""
-        return {
-            cmd.PushFlow: self.push_flow,
-            cmd.UpdateParent: self.update_parent,
-            cmd.GetChildrenValues: self.get_children_values,
-            cmd.GetFailedChildrenValues: self.get_failed_children_values,
-            cmd.GetIgnoredChildrenFailures: self.get_ignored_children_failures,
-        }
-
-    def push_flow(self, session: Any, command: cmd.PushFlow, now: float) -> Reply:
+    def push_flow(self, session: ReplySink, command: cmd.PushFlow, now: float) -> Reply:
         """PUSHF: the whole graph or nothing; one snapshot per input job, in input order."""
         nodes: list[cmd.FlowJob] = command.jobs  # type: ignore[assignment]
         self._check_graph(nodes)
@@ -50,7 +58,7 @@ class FlowHandlers:
         for node in nodes:
             by_queue.setdefault(node.queue, []).append(node.input)
         for queue, items in by_queue.items():
-            self._check_group_room(queue, items, batch=True)
+            check_group_room(self.state, queue, items, batch=True)
         jobs = [job_from_push(node.input, node.queue, node.id, None, now) for node in nodes]
         for job in jobs:
             self.state.add(job, now)
@@ -95,7 +103,7 @@ class FlowHandlers:
             if child.input.parentId != node.id:
                 raise EngineError(f"flow child {child_id} does not point back to parent {node.id}")
 
-    def update_parent(self, session: Any, command: cmd.UpdateParent, now: float) -> Reply:
+    def update_parent(self, session: ReplySink, command: cmd.UpdateParent, now: float) -> Reply:
         """UpdateParent: older clients attach a child pushed with a placeholder parent."""
         child = self.state.jobs.get(command.childId)
         parent = self.state.jobs.get(command.parentId)
@@ -119,7 +127,9 @@ class FlowHandlers:
         jobs = self.state.jobs
         return [jobs[i] for i in parent.children_ids if i in jobs]
 
-    def get_children_values(self, session: Any, command: Any, now: float) -> Reply:
+    def get_children_values(
+        self, session: ReplySink, command: cmd.GetChildrenValues, now: float
+    ) -> Reply:
         """GetChildrenValues: completed children's results, keyed `<queue>:<childId>`."""
         values = {
             f"{child.queue}:{child.id}": None if child.result is None else msgspec.Raw(child.result)
@@ -128,38 +138,82 @@ class FlowHandlers:
         }
         return {"ok": True, "data": {"values": values}}
 
-    def get_failed_children_values(self, session: Any, command: Any, now: float) -> Reply:
+    def get_failed_children_values(
+        self, session: ReplySink, command: cmd.GetFailedChildrenValues, now: float
+    ) -> Reply:
         """GetFailedChildrenValues: errors of children under continueParentOnFailure."""
         parent = self.state.jobs.get(command.id)
         return {"ok": True, "values": (parent.child_failures if parent else None) or {}}
 
-    def get_ignored_children_failures(self, session: Any, command: Any, now: float) -> Reply:
+    def get_ignored_children_failures(
+        self, session: ReplySink, command: cmd.GetIgnoredChildrenFailures, now: float
+    ) -> Reply:
         """GetIgnoredChildrenFailures: errors of children under ignoreDependencyOnFailure."""
         parent = self.state.jobs.get(command.id)
         return {"ok": True, "values": (parent.ignored_failures if parent else None) or {}}
 
+    # -- legacy flow edits ---------------------------------------------------------------------
 
-def find_cycle(edges: Mapping[str, Iterable[str]]) -> list[str] | None:
-    """A `dependsOn` cycle among `edges` (id -> the ids it waits for) as a path that starts
-    and ends at the same id, or None (iterative DFS; ids outside `edges` end a path)."""
-    done: set[str] = set()
-    for root in edges:
-        if root in done:
-            continue
-        path = [root]
-        on_path: set[str] = {root}
-        stack = [iter(edges[root])]
-        while stack:
-            dep = next(stack[-1], None)
-            if dep is None:
-                stack.pop()
-                node_id = path.pop()
-                on_path.discard(node_id)
-                done.add(node_id)
-            elif dep in on_path:
-                return [*path[path.index(dep) :], dep]
-            elif dep in edges and dep not in done:
-                path.append(dep)
-                on_path.add(dep)
-                stack.append(iter(edges[dep]))
-    return None
+    def move_to_waiting_children(
+        self, session: ReplySink, command: groups_cmd.MoveToWaitingChildren, now: float
+    ) -> Reply:
+        """MoveToWaitingChildren: an active job (token if leased) waits for its unfinished
+        dependencies and children (those attached while it ran, by UpdateParent); with none
+        left it stays active and the answer is `moved: false` (BullMQ's rule)."""
+        job = self.state.jobs.get(command.id)
+        if job is None or job.state != ACTIVE:
+            raise EngineError("Job is not active")
+        active_job(self.state, command.id, command.token)
+        pending = [
+            dep
+            for dep in dict.fromkeys([*job.depends_on, *job.children_ids])
+            if dep != job.id and not self.state.completed_once(dep)
+        ]
+        if not pending:
+            return {"ok": True, "data": {"moved": False}}
+        job.depends_on = list(dict.fromkeys([*job.depends_on, *pending]))
+        self.state.wait_for_children(job, now)
+        return {"ok": True, "data": {"moved": True}}
+
+    def remove_child_dependency(
+        self, session: ReplySink, command: groups_cmd.RemoveChildDependency, now: float
+    ) -> Reply:
+        """RemoveChildDependency: detach a not-yet-finished child from its waiting parent;
+        the parent runs once nothing else is pending. `removed: false` when there was no
+        such edge to drop."""
+        child = self.state.jobs.get(command.id)
+        if child is None:
+            raise EngineError(f"Job not found: {command.id}")
+        if child.parent_id is None:
+            raise EngineError(f"Job {command.id} has no parent")
+        parent = self.state.jobs.get(child.parent_id)
+        removable = (
+            parent is not None
+            and parent.state == WAITING_CHILDREN
+            and child.id in parent.depends_on
+            and child.state in (*QUEUED_STATES, WAITING_CHILDREN, ACTIVE)
+        )
+        if not removable:
+            return {"ok": True, "removed": False}
+        parent.children_ids = [i for i in parent.children_ids if i != child.id]  # type: ignore[union-attr]
+        child.parent_id = None
+        self.state.touch(child)
+        self.state.drop_dependency(parent, child.id, now)  # type: ignore[arg-type]
+        return {"ok": True, "removed": True}
+
+    def remove_unprocessed_children(
+        self, session: ReplySink, command: groups_cmd.RemoveUnprocessedChildren, now: float
+    ) -> Reply:
+        """RemoveUnprocessedChildren: the parent's children that have not started are removed
+        (active and finished ones stay); the parent stops waiting for them."""
+        parent = self.state.jobs.get(command.id)
+        if parent is None:
+            return {"ok": True}
+        for child_id in list(parent.children_ids):
+            child = self.state.jobs.get(child_id)
+            if child is None or child.state not in NOT_STARTED:
+                continue
+            self.state.remove(child)
+            if parent.state == WAITING_CHILDREN and child_id in parent.depends_on:
+                self.state.drop_dependency(parent, child_id, now)
+        return {"ok": True}

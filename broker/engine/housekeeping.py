@@ -35,7 +35,7 @@ from .model import uuid7
 PURGE = "purge"
 PURGE_SLICE = 5_000
 """Store rows deleted per pass by a large removal (SQLite: about 5 us a row)."""
-RELEASE_SLICE = 20_000
+DROP_SLICE = 20_000
 """Objects let go of per pass from the graveyard (about 1 us each for a job)."""
 MIN_STALE = 1_024
 """Stale entries a structure may keep before it is compacted (small ones never are)."""
@@ -95,7 +95,7 @@ def purged_ids(records: list[Record]) -> set[str]:
 
 
 class Graveyard:
-    """Objects whose release is spread over passes (their last references, held here)."""
+    """Objects let go of over several passes (their last references, held here)."""
 
     def __init__(self) -> None:
         self._lots: list[list[Any]] = []
@@ -104,11 +104,11 @@ class Graveyard:
         return bool(self._lots)
 
     def bury(self, objects: list[Any]) -> None:
-        """Hold `objects` (the caller gives the list up) until released in slices."""
+        """Hold `objects` (the caller gives the list up) until dropped in slices."""
         if objects:
             self._lots.append(objects)
 
-    def release(self, budget: int) -> None:
+    def drop_slice(self, budget: int) -> None:
         """Let go of up to `budget` objects."""
         lots = self._lots
         while lots and budget > 0:

@@ -38,7 +38,7 @@ class KeyRegistry:
         return entry[0]
 
     def take(self, key: Key, job_id: str, expires_at: float = math.inf) -> None:
-        """`job_id` holds `key` until `expires_at` (or until released)."""
+        """`job_id` holds `key` until `expires_at` (or until freed)."""
         self._held[key] = (job_id, expires_at)
 
     def expiry(self, key: Key) -> float:
@@ -46,7 +46,7 @@ class KeyRegistry:
         entry = self._held.get(key)
         return entry[1] if entry is not None else -math.inf
 
-    def release(self, key: Key, job_id: str, *, only_untimed: bool = False) -> None:
+    def free(self, key: Key, job_id: str, *, only_untimed: bool = False) -> None:
         """Give `key` up if `job_id` holds it (with `only_untimed`, only a hold without ttl)."""
         entry = self._held.get(key)
         held_by_job = entry is not None and entry[0] == job_id

@@ -1,7 +1,7 @@
 """Handlers for the rest of a job's life: logs, leases, transitions, progress, WaitJob.
 
-A mixin of Engine (it uses the engine's state and its lease check); each handler checks
-first and mutates after, like the core handlers.
+A component. It owns the WaitJob requests (`job_waiters`); the jobs are EngineState's, the
+lease checks leases.py's. Each handler checks first and mutates after, like jobs.py's.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from protocol.jobspec import check_group_priority
 
 from .deadlines import WAIT_JOB
 from .errors import EngineError
+from .leases import active_job, leased
 from .model import (
     ACTIVE,
     COMPLETED,
@@ -26,6 +27,8 @@ from .model import (
     WAITING_CHILDREN,
     Job,
 )
+from .routing import Routes
+from .sink import ReplySink
 from .state import EngineState
 
 MAX_LOGS = 100
@@ -33,38 +36,36 @@ LOCK_INVALID = "Lock not found or invalid token"
 Reply = dict[str, Any]
 
 
-class LifecycleHandlers:
-    """Logs, leases, transitions, progress and WaitJob (mixed into Engine)."""
+class Lifecycle:
+    """Logs, leases, transitions, progress and WaitJob."""
 
-    state: EngineState
-    job_waiters: dict[str, list[tuple[Any, Any]]]
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+        # WaitJob requests by job id: (sink, reqId), answered when the job finishes.
+        self.job_waiters: dict[str, list[tuple[ReplySink, Any]]] = {}
 
-    def _active_job(self, job_id: str, token: str | None) -> Job:  # provided by Engine
-        raise NotImplementedError
-
-    def lifecycle_handlers(self) -> dict[type, Any]:
-        """Command type -> handler, for the engine's dispatch table."""
-        return {
-            cmd.AddLog: self.add_log,
-            cmd.GetLogs: self.get_logs,
-            cmd.ClearLogs: self.clear_logs,
-            cmd.ExtendLock: self.extend_lock,
-            cmd.ExtendLocks: self.extend_locks,
-            cmd.ChangeDelay: self.change_delay,
-            cmd.MoveToDelayed: self.move_to_delayed,
-            cmd.MoveToWait: self.move_to_wait,
-            cmd.Promote: self.promote,
-            cmd.PromoteJobs: self.promote_jobs,
-            cmd.ChangePriority: self.change_priority,
-            cmd.Update: self.update,
-            cmd.Progress: self.progress,
-            cmd.GetProgress: self.get_progress,
-            cmd.Cancel: self.cancel,
-            cmd.Discard: self.discard,
-            cmd.WaitJob: self.wait_job,
-            cmd.SetWebhookEnabled: self.set_webhook_enabled,  # type: ignore[attr-defined]
-            cmd.CompactMemory: self.compact_memory,
-        }
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.AddLog, self.add_log)
+        routes.add(cmd.GetLogs, self.get_logs)
+        routes.add(cmd.ClearLogs, self.clear_logs)
+        routes.add(cmd.ExtendLock, self.extend_lock)
+        routes.add(cmd.ExtendLocks, self.extend_locks)
+        routes.add(cmd.ChangeDelay, self.change_delay)
+        routes.add(cmd.MoveToDelayed, self.move_to_delayed)
+        routes.add(cmd.MoveToWait, self.move_to_wait)
+        routes.add(cmd.Promote, self.promote)
+        routes.add(cmd.PromoteJobs, self.promote_jobs)
+        routes.add(cmd.ChangePriority, self.change_priority)
+        routes.add(cmd.Update, self.update)
+        routes.add(cmd.Cancel, self.cancel)
+        routes.add(cmd.Discard, self.discard)
+        routes.add(cmd.Progress, self.progress)
+        routes.add(cmd.GetProgress, self.get_progress)
+        routes.add(cmd.WaitJob, self.wait_job)
+        routes.add(cmd.CompactMemory, self.compact_memory)
+        return routes
 
     def _job(self, job_id: str, error: str) -> Job:
         job = self.state.jobs.get(job_id)
@@ -72,9 +73,7 @@ class LifecycleHandlers:
             raise EngineError(error)
         return job
 
-    # -- logs ----------------------------------------------------------------------------------
-
-    def add_log(self, session: Any, command: cmd.AddLog, now: float) -> Reply:
+    def add_log(self, session: ReplySink, command: cmd.AddLog, now: float) -> Reply:
         """AddLog: keep at most 100 lines (or the job's keepLogs), oldest dropped."""
         job = self._job(command.id, "Job not found")
         logs = job.logs if job.logs is not None else []
@@ -88,7 +87,7 @@ class LifecycleHandlers:
         self.state.touch(job)
         return {"ok": True, "data": {"added": True}}
 
-    def get_logs(self, session: Any, command: cmd.GetLogs, now: float) -> Reply:
+    def get_logs(self, session: ReplySink, command: cmd.GetLogs, now: float) -> Reply:
         """GetLogs: lines `start`..`end` (inclusive, negative from the end) and the total."""
         job = self.state.jobs.get(command.id)
         logs = (job.logs or []) if job is not None else []
@@ -99,7 +98,7 @@ class LifecycleHandlers:
             page = logs[start : command.end + 1]
         return {"ok": True, "data": {"logs": page, "count": len(logs)}}
 
-    def clear_logs(self, session: Any, command: cmd.ClearLogs, now: float) -> Reply:
+    def clear_logs(self, session: ReplySink, command: cmd.ClearLogs, now: float) -> Reply:
         """ClearLogs: keep the newest `keepLogs` lines (0: none); unknown jobs are a no-op."""
         job = self.state.jobs.get(command.id)
         if job is not None and job.logs:
@@ -108,52 +107,40 @@ class LifecycleHandlers:
             self.state.touch(job)
         return {"ok": True}
 
-    # -- leases --------------------------------------------------------------------------------
-
-    def _leased(self, job_id: str, token: str | None) -> Job | None:
-        job = self.state.jobs.get(job_id)
-        if job is None or job.state != ACTIVE or job.lock_token is None:
-            return None
-        if token is not None and token != job.lock_token:
-            return None
-        return job
-
-    def extend_lock(self, session: Any, command: cmd.ExtendLock, now: float) -> Reply:
+    def extend_lock(self, session: ReplySink, command: cmd.ExtendLock, now: float) -> Reply:
         """ExtendLock: the lease runs `duration` ms from now (omitted: its current TTL)."""
-        job = self._leased(command.id, command.token)
+        job = leased(self.state, command.id, command.token)
         if job is None:
             raise EngineError(LOCK_INVALID)
         ttl = job.lock_ttl if command.duration is None else command.duration
         self.state.renew_lease(job, now, ttl)
         return {"ok": True}
 
-    def extend_locks(self, session: Any, command: cmd.ExtendLocks, now: float) -> Reply:
+    def extend_locks(self, session: ReplySink, command: cmd.ExtendLocks, now: float) -> Reply:
         """ExtendLocks: how many of the leases were extended."""
         count = 0
         for job_id, token, duration in zip(
             command.ids, command.tokens, command.durations, strict=True
         ):
-            job = self._leased(job_id, token)
+            job = leased(self.state, job_id, token)
             if job is not None:
                 self.state.renew_lease(job, now, job.lock_ttl if duration is None else duration)
                 count += 1
         return {"ok": True, "count": count}
 
-    # -- transitions ---------------------------------------------------------------------------
-
-    def change_delay(self, session: Any, command: cmd.ChangeDelay, now: float) -> Reply:
+    def change_delay(self, session: ReplySink, command: cmd.ChangeDelay, now: float) -> Reply:
         """ChangeDelay: a queued job runs `delay` ms from now; an active one goes back."""
         job = self.state.jobs.get(command.id)
         if job is not None and job.state == ACTIVE:
-            self._active_job(command.id, command.token)
-            self.state.release(job, now, now + command.delay)
+            active_job(self.state, command.id, command.token)
+            self.state.return_to_queue(job, now, now + command.delay)
             return {"ok": True}
         if job is None or job.state not in QUEUED_STATES:
             raise EngineError("Job not found or cannot change delay")
         self.state.reschedule(job, now, now + command.delay)
         return {"ok": True}
 
-    def move_to_delayed(self, session: Any, command: cmd.MoveToDelayed, now: float) -> Reply:
+    def move_to_delayed(self, session: ReplySink, command: cmd.MoveToDelayed, now: float) -> Reply:
         """MoveToDelayed: an active job goes back (token if leased), and a waiting, delayed or
         prioritized one is re-delayed, to run `delay` ms from now."""
         job = self.state.jobs.get(command.id)
@@ -164,26 +151,26 @@ class LifecycleHandlers:
             return {"ok": True}
         if job.state != ACTIVE:
             raise EngineError(f"Job is not active (current state: {job.state})")
-        self._active_job(command.id, command.token)
-        self.state.release(job, now, now + command.delay)
+        active_job(self.state, command.id, command.token)
+        self.state.return_to_queue(job, now, now + command.delay)
         return {"ok": True}
 
-    def move_to_wait(self, session: Any, command: cmd.MoveToWait, now: float) -> Reply:
+    def move_to_wait(self, session: ReplySink, command: cmd.MoveToWait, now: float) -> Reply:
         """MoveToWait: active -> waiting (token if leased), delayed -> ready, failed -> retried."""
         job = self.state.jobs.get(command.id)
         state = job.state if job is not None else UNKNOWN
         if job is None or state not in (ACTIVE, DELAYED, FAILED, *READY_STATES):
             raise EngineError(f"Cannot move job from state '{state}' to waiting")
         if state == ACTIVE:
-            self._active_job(command.id, command.token)
-            self.state.release(job, now, now)
+            active_job(self.state, command.id, command.token)
+            self.state.return_to_queue(job, now, now)
         elif state == DELAYED:
             self.state.reschedule(job, now, now)
         elif state == FAILED:
             self.state.revive(job, now)
         return {"ok": True}
 
-    def promote(self, session: Any, command: cmd.Promote, now: float) -> Reply:
+    def promote(self, session: ReplySink, command: cmd.Promote, now: float) -> Reply:
         """Promote: a delayed job is ready now."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state != DELAYED:
@@ -191,7 +178,7 @@ class LifecycleHandlers:
         self.state.reschedule(job, now, now)
         return {"ok": True}
 
-    def promote_jobs(self, session: Any, command: cmd.PromoteJobs, now: float) -> Reply:
+    def promote_jobs(self, session: ReplySink, command: cmd.PromoteJobs, now: float) -> Reply:
         """PromoteJobs: the queue's delayed jobs (soonest first, up to `count`) are ready now."""
         queue = self.state.queues.get(command.queue)
         delayed = sorted(queue.delayed, key=lambda job: (job.run_at, job.id)) if queue else []
@@ -201,7 +188,7 @@ class LifecycleHandlers:
             self.state.reschedule(job, now, now)
         return {"ok": True, "count": len(delayed)}
 
-    def change_priority(self, session: Any, command: cmd.ChangePriority, now: float) -> Reply:
+    def change_priority(self, session: ReplySink, command: cmd.ChangePriority, now: float) -> Reply:
         """ChangePriority: a queued job takes its new place."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in QUEUED_STATES:
@@ -215,7 +202,7 @@ class LifecycleHandlers:
             self.state.touch(job)
         return {"ok": True}
 
-    def update(self, session: Any, command: cmd.Update, now: float) -> Reply:
+    def update(self, session: ReplySink, command: cmd.Update, now: float) -> Reply:
         """Update: replace the data of a job that has not finished."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in (*QUEUED_STATES, ACTIVE, WAITING_CHILDREN):
@@ -224,7 +211,7 @@ class LifecycleHandlers:
         self.state.touch(job)
         return {"ok": True}
 
-    def cancel(self, session: Any, command: cmd.Cancel, now: float) -> Reply:
+    def cancel(self, session: ReplySink, command: cmd.Cancel, now: float) -> Reply:
         """Cancel: remove a job that has not started (queued or waiting for dependencies)."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in (*QUEUED_STATES, WAITING_CHILDREN):
@@ -232,19 +219,17 @@ class LifecycleHandlers:
         self.state.remove(job)
         return {"ok": True}
 
-    def discard(self, session: Any, command: cmd.Discard, now: float) -> Reply:
+    def discard(self, session: ReplySink, command: cmd.Discard, now: float) -> Reply:
         """Discard: a queued or active job fails at once, without retries."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in (*QUEUED_STATES, ACTIVE, WAITING_CHILDREN):
             raise EngineError("Job not found")
         if job.state == ACTIVE:
-            self._active_job(command.id, command.token)
+            active_job(self.state, command.id, command.token)
         self.state.fail(job, now, "Job discarded", False)
         return {"ok": True}
 
-    # -- progress and waiting ------------------------------------------------------------------
-
-    def progress(self, session: Any, command: cmd.Progress, now: float) -> Reply:
+    def progress(self, session: ReplySink, command: cmd.Progress, now: float) -> Reply:
         """Progress: an active job reports how far it got (also a heartbeat)."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state != ACTIVE:
@@ -256,14 +241,14 @@ class LifecycleHandlers:
         self.state.emit("progress", job, progress=command.progress)
         return {"ok": True}
 
-    def get_progress(self, session: Any, command: cmd.GetProgress, now: float) -> Reply:
+    def get_progress(self, session: ReplySink, command: cmd.GetProgress, now: float) -> Reply:
         """GetProgress: an active job's progress and message."""
         job = self.state.jobs.get(command.id)
         if job is None or job.state != ACTIVE:
             raise EngineError("Job not found or not active")
         return {"ok": True, "progress": job.progress, "message": job.progress_message}
 
-    def wait_job(self, session: Any, command: cmd.WaitJob, now: float) -> Reply | None:
+    def wait_job(self, session: ReplySink, command: cmd.WaitJob, now: float) -> Reply | None:
         """WaitJob: answer when the job completes (or fails), or after `timeout` ms."""
         job = self._job(command.id, "Job not found")
         if job.state in (COMPLETED, FAILED):
@@ -293,9 +278,7 @@ class LifecycleHandlers:
                 del self.job_waiters[job_id]
             session.stage_reply({"ok": True, "completed": False}, req_id)
 
-    # -- housekeeping --------------------------------------------------------------------------
-
-    def compact_memory(self, session: Any, command: Any, now: float) -> Reply:
+    def compact_memory(self, session: ReplySink, command: cmd.CompactMemory, now: float) -> Reply:
         """CompactMemory: drop stale heap and timer entries and idle empty queues."""
         self.state.compact()
         return {"ok": True}

@@ -17,6 +17,8 @@ import msgspec
 
 from protocol.wire import WireJob, WireJobWithState
 
+from .sink import ReplySink
+
 # Internal states. WAITING and PRIORITIZED are both "ready"; which one a ready job reports is
 # decided by its priority when it becomes ready.
 WAITING = "waiting"
@@ -158,7 +160,7 @@ class Job:
     lock_owner: str | None = None
     lock_ttl: float = 0
     lock_expires_at: float = 0
-    holder: Any = None
+    holder: ReplySink | None = None
 
     # Fields added later go here, at the end: stored rows are positional (records.py).
     logs: list[dict[str, Any]] | None = None

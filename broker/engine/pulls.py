@@ -5,22 +5,34 @@ limits (stop), and group limits, PULL's and stored ones (pass the job over, keep
 Parked polls are served in arrival order whenever their queue gets a ready job or a freed
 slot, and answered empty when their time is up. A repeating job that starts adds its next
 occurrence.
-A mixin of Engine.
+
+Where PULL's group limit lives: here, in `Pulls._group_is_full` (and `_claim`), applying the
+rule that QueueState holds (queues.py: `group_options` merges the PULL's `group` options with
+the group's stored settings, `group_admits` checks concurrency, rate window and pause,
+`record_start` counts a start, `group_frees_at` says when to wake parked polls). The stored
+settings are written by groups.py; PUSH's groupMaxSize is admission.py's.
+
+What it may touch: it owns the parked polls (each QueueState's `waiters`; a poll holds its
+ReplySink and is skipped once the sink is closed). It reads QueueState's limits, takes ready
+entries from and puts them back into its queue's heap, moves a job to active only through
+EngineState.claim, adds a repeating job's next occurrence through EngineState.add, and arms
+GROUP_WAKE and POLL timers on the wheel. Nothing else.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 from protocol import commands as cmd
 
 from .deadlines import GROUP_WAKE, POLL
 from .model import ACTIVE, Job, next_occurrence_of, uuid7
 from .queues import JOB, QueueState, Waiter
+from .routing import Routes
 from .schedule import next_occurrence
-
-if TYPE_CHECKING:
-    from .state import EngineState
+from .sink import ReplySink
+from .state import EngineState
 
 Reply = dict[str, Any]
 
@@ -31,10 +43,34 @@ def drop_answered(waiters: Any) -> None:
         waiters.popleft()
 
 
-class PullHandlers:
-    """PULL, PULLB and the long polls they park (mixed into Engine)."""
+class Pulls:
+    """PULL, PULLB and the long polls they park (see the module docstring)."""
 
-    state: EngineState
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.Pull, self.pull)
+        routes.add(cmd.PullBatch, self.pull)
+        return routes
+
+    def answer_empty(self, waiters: Iterable[Waiter]) -> None:
+        """Answer these parked polls with no job (those not answered and still connected)."""
+        for waiter in waiters:
+            if not waiter.done and not waiter.session.closed:
+                waiter.done = True
+                waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
+
+    def poll_timed_out(self, waiter: Waiter) -> None:
+        """A parked poll's time is up: answer it with no job, unless it was answered."""
+        if not waiter.done:
+            waiter.done = True
+            waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
+            # Answered polls leave the queue's deque from the front (timeouts expire
+            # roughly in arrival order), so an idle queue polled forever stays small.
+            drop_answered(self.state.queue(waiter.command.queue).waiters)
 
     def answer_parked(self) -> None:
         """Answer every parked long poll with no job (the broker is shutting down)."""
@@ -45,7 +81,7 @@ class PullHandlers:
                     waiter.done = True
                     waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
 
-    def pull(self, session: Any, command: cmd.Pull, now: float) -> Reply | None:
+    def pull(self, session: ReplySink, command: cmd.Pull, now: float) -> Reply | None:
         """PULL/PULLB: claim ready jobs now, or park until one arrives or the timeout passes."""
         batch = isinstance(command, cmd.PullBatch)
         count = command.count if batch else 1  # type: ignore[attr-defined]
@@ -150,7 +186,9 @@ class PullHandlers:
             reply["token"] = tokens[0] if tokens else None
         return reply
 
-    def _serve_waiters(self, queue: QueueState, now: float) -> None:
+    def serve_waiters(self, queue: QueueState, now: float) -> None:
+        """Serve the queue's parked polls, in arrival order, while it has ready jobs (those whose
+        jobs all belong to groups at their limit keep waiting)."""
         waiters = queue.waiters
         while waiters and queue.has_ready():
             waiter = waiters.popleft()

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from .model import COUNTED_STATES, PRIORITIZED, READY_STATES, WAITING, Job
-
-if TYPE_CHECKING:
-    from .deadlines import Retention
+from .retention import Retention
+from .sink import ReplySink
 
 # Entry layout: (-priority, group priority, lifo first, run time or -seq, seq, job).
 SEQ = 4
@@ -34,7 +33,7 @@ JOB = 5
 class Waiter:
     """A parked PULL or PULLB: who asked, for how many, and whether it has been answered."""
 
-    session: Any
+    session: ReplySink
     req_id: Any
     command: Any
     count: int

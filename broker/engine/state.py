@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from store import Record
@@ -30,16 +30,16 @@ from .deadlines import (
     LEASE,
     PROMOTE,
     TTL_REASON,
-    DeadlineRules,
-    Retention,
-    mark_finished,
+    arm_timeout,
+    arm_ttl,
     retry_delay,
+    timer_is_current,
 )
-from .dlq import DeadLetterRules
+from .dlq import enter_dead_letters
 from .housekeeping import (
+    DROP_SLICE,
     PURGE,
     PURGE_SLICE,
-    RELEASE_SLICE,
     Graveyard,
     Purge,
     worth_compacting,
@@ -61,6 +61,8 @@ from .model import (
     uuid7,
 )
 from .queues import QueueState
+from .retention import Retention, expire_retained, mark_finished, retain
+from .sink import ReplySink
 from .telemetry import QueueTelemetry
 from .timers import TimerWheel
 
@@ -73,7 +75,7 @@ READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports c
 KEEP_DONE_IDS = 50_000
 
 
-class EngineState(DeadlineRules, DeadLetterRules):
+class EngineState:
     """All job state plus the timer wheel; pure (callers pass `now`)."""
 
     def __init__(
@@ -96,6 +98,9 @@ class EngineState(DeadlineRules, DeadLetterRules):
         self.failed = Retention(FAILED, keep_failed, keep_failed_ms)
         self._seq = itertools.count()
         self.dirty_queues: set[QueueState] = set()
+        # The jobs each connection pulled without a lease (requeued when it goes), kept here
+        # and not on the connection: the engine never writes a transport's fields.
+        self.holdings: dict[ReplySink, set[str]] = {}
         # Change tracking for the store: jobs written or deleted since the last commit.
         self.tracking = False
         # The time of the current pass (Engine.tick sets it), for job timelines.
@@ -129,6 +134,15 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if queue is None:
             queue = self.queues[name] = QueueState(name)
         return queue
+
+    def jobs_of(self, queue: str, states: Iterable[str] | None = None) -> list[Job]:
+        """The jobs of `queue` (in the given states, else all), in the order they were added."""
+        wanted = None if states is None else set(states)
+        return [
+            job
+            for job in self.jobs.values()
+            if job.queue == queue and (wanted is None or job.state in wanted)
+        ]
 
     def key_owner(self, kind: str, queue: str, key: str, now: float) -> str | None:
         """The id of the job holding a unique or debounce key in `queue`, if any."""
@@ -262,7 +276,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self.done_ids.pop(job.id, None)  # the id is live again (a reused custom id)
         job.state = ""
         self._take_keys(job, now)
-        self._arm_ttl(job)
+        arm_ttl(self, job)
         self.totals["pushed"] += 1
         self.emit("pushed", job)
         self._wait_for_dependencies(job, now)
@@ -315,7 +329,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self._take_keys(job, job.created_at)
             if stored == ACTIVE or job.attempts or job.stall_count:
                 self._end_untimed_debounce(job)
-            self._arm_ttl(job)
+            arm_ttl(self, job)
             if stored == WAITING_CHILDREN:
                 self._wait_for_dependencies(job, now)
             elif stored != ACTIVE:
@@ -324,23 +338,23 @@ class EngineState(DeadlineRules, DeadLetterRules):
                 job.last_heartbeat = max(job.last_heartbeat, now)  # no one could beat while down
                 self._enter(job, ACTIVE)
                 self.wheel.schedule(job.lock_expires_at, LEASE, job, job.lock_token)
-                self._arm_timeout(job, job.started_at or now)
+                arm_timeout(self, job, job.started_at or now)
             elif job.id in held:
                 job.started_at = None
                 self.make_ready(job)
             else:
                 job.last_heartbeat = max(job.last_heartbeat, now)
                 self._enter(job, ACTIVE)
-                self._arm_timeout(job, job.started_at or now)
+                arm_timeout(self, job, job.started_at or now)
         self.tracking = True
         self._store_restart_changes(jobs, stored_states)
-        self.expire_retained(self.completed, now)
-        self.expire_retained(self.failed, now)
+        expire_retained(self, self.completed, now)
+        expire_retained(self, self.failed, now)
 
     def _end_untimed_debounce(self, job: Job) -> None:
         """A restored job that has started holds no untimed debounce (it ended at the start)."""
         if job.debounce_id is not None:
-            self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+            self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
 
     def _restore_debounce_window(self, job: Job, now: float) -> None:
         """A finished job's timed debounce window outlives it (keys.py): take it again."""
@@ -401,7 +415,12 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self.dirty_queues.add(queue)
 
     def claim(
-        self, job: Job, now: float, owner: str | None, lock_ttl: float, holder: Any = None
+        self,
+        job: Job,
+        now: float,
+        owner: str | None,
+        lock_ttl: float,
+        holder: ReplySink | None = None,
     ) -> str | None:
         """Make a popped ready job active; returns the lease token when `owner` is given.
 
@@ -411,14 +430,18 @@ class EngineState(DeadlineRules, DeadLetterRules):
         """
         if holder is not None:
             job.holder = holder
-            holder.held.add(job.id)
+            held = self.holdings.get(holder)
+            if held is None:
+                self.holdings[holder] = {job.id}
+            else:
+                held.add(job.id)
         self._enter(job, ACTIVE, persist=holder is None)
         if job.debounce_id is not None:  # an untimed debounce lasts until the job starts
-            self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+            self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
         job.started_at = now
         job.last_heartbeat = now
         job.late_open = False
-        self._arm_timeout(job, now)
+        arm_timeout(self, job, now)
         self.totals["pulled"] += 1
         if self.on_start is not None:
             self.on_start(now - job.run_at)
@@ -446,7 +469,7 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if self.tracking:
             self.changed[job.id] = job
 
-    def release(self, job: Job, now: float, run_at: float) -> None:
+    def return_to_queue(self, job: Job, now: float, run_at: float) -> None:
         """Put an active job back in its queue, to run at `run_at` (MoveToWait, ChangeDelay)."""
         self._end_activity(job)
         job.started_at = None
@@ -482,8 +505,8 @@ class EngineState(DeadlineRules, DeadLetterRules):
         if self.jobs.get(job.id) is not job:
             return False
         self._end_activity(job)
-        self._release_unique(job)
-        self._forget(job)
+        self._free_keys(job)
+        self.forget(job)
         self.emit("removed", job)
         return True
 
@@ -560,8 +583,20 @@ class EngineState(DeadlineRules, DeadLetterRules):
         job.lock_owner = None
         holder = job.holder
         if holder is not None:
-            holder.held.discard(job.id)
+            held = self.holdings.get(holder)
+            if held is not None:
+                held.discard(job.id)
+                if not held:  # an HTTP request never disconnects: drop its entry now
+                    del self.holdings[holder]
             job.holder = None
+
+    def requeue_holdings(self, sink: ReplySink, now: float) -> None:
+        """A connection went: the jobs it pulled without a lease and did not settle are
+        ready again (no attempt spent)."""
+        for job_id in self.holdings.pop(sink, ()):
+            job = self.jobs.get(job_id)
+            if job is not None and job.state == ACTIVE and job.holder is sink:
+                self.requeue(job, now)
 
     def requeue(self, job: Job, now: float) -> None:
         """Put an active job back, ready at its old run time (disconnect, lease expiry)."""
@@ -573,9 +608,9 @@ class EngineState(DeadlineRules, DeadLetterRules):
     def complete(self, job: Job, now: float, result: bytes | None, remove: bool) -> None:
         """ACK: the job is done; keep it (within retention) or forget it."""
         self._end_activity(job)
-        self._release_unique(job)
+        self._free_keys(job)
         if remove:
-            self._forget(job)
+            self.forget(job)
             self._remember_done(job.id)
         else:
             job.completed_at = now
@@ -584,13 +619,13 @@ class EngineState(DeadlineRules, DeadLetterRules):
             self._enter(job, COMPLETED)
             self.finished.append(job)
             mark_finished(job)
-            self._retain(self.completed, job, now)
+            retain(self, self.completed, job, now)
         self.totals["completed"] += 1
         self.telemetry.record(job.queue, COMPLETED, now)
         if self.on_complete is not None and job.started_at is not None:
             self.on_complete(now - job.started_at)
         self.emit("completed", job)
-        self._release_dependents(job, now)
+        self._unblock_dependents(job, now)
 
     def retry(self, job: Job, now: float) -> None:
         """FAIL with attempts left: back to delayed after the backoff."""
@@ -603,21 +638,21 @@ class EngineState(DeadlineRules, DeadLetterRules):
     def fail(self, job: Job, now: float, reason: str, remove: bool) -> None:
         """Terminal failure: to the dead-letter queue (failed), or forgotten."""
         self._end_activity(job)
-        self._release_unique(job)
+        self._free_keys(job)
         job.failed_reason = reason
         self.totals["failed"] += 1
         self.telemetry.record(job.queue, FAILED, now)
         self.emit("failed", job, error=reason)
         if remove:
-            self._forget(job)
+            self.forget(job)
             self.child_failed(job, reason, now)
             return
         job.completed_at = now
         self._enter(job, FAILED, error=reason)
         self.finished.append(job)
         mark_finished(job)
-        self._retain(self.failed, job, now)
-        self.enter_dead_letters(self.queue(job.queue), job, now)
+        retain(self, self.failed, job, now)
+        enter_dead_letters(self, self.queue(job.queue), job, now)
         self.child_failed(job, reason, now)
 
     def child_failed(self, child: Job, reason: str, now: float) -> None:
@@ -664,13 +699,13 @@ class EngineState(DeadlineRules, DeadLetterRules):
         job.started_at = None
         self._wait_for_dependencies(job, now)
 
-    def _release_unique(self, job: Job) -> None:
+    def _free_keys(self, job: Job) -> None:
         if job.unique_key is not None:
-            self.keys.release((UNIQUE, job.queue, job.unique_key), job.id)
+            self.keys.free((UNIQUE, job.queue, job.unique_key), job.id)
         if job.debounce_id is not None:  # a timed debounce window outlives the job
-            self.keys.release((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+            self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
 
-    def _release_dependents(self, job: Job, now: float) -> None:
+    def _unblock_dependents(self, job: Job, now: float) -> None:
         for dependent_id in self.dependents.pop(job.id, ()):
             dependent = self.jobs.get(dependent_id)
             if dependent is None or dependent.state != WAITING_CHILDREN:
@@ -679,7 +714,9 @@ class EngineState(DeadlineRules, DeadLetterRules):
             if dependent.pending_deps <= 0:
                 self.schedule(dependent, now)
 
-    def _forget(self, job: Job) -> None:
+    def forget(self, job: Job) -> None:
+        """Drop a job entirely: its tallies, its timers (counted stale), its store row. No
+        event: the caller decides what the client hears (removed, retention, removeOn...)."""
         if job.state == COMPLETED:
             self._remember_done(job.id)
         self._timers_left_behind(job)
@@ -752,7 +789,20 @@ class EngineState(DeadlineRules, DeadLetterRules):
         budget = PURGE_SLICE
         while self.purges and budget > 0:
             budget -= self._advance(self.purges[0], budget)
-        self.graveyard.release(RELEASE_SLICE)
+        self.graveyard.drop_slice(DROP_SLICE)
+
+    def compact(self) -> None:
+        """Prune stale heap and timer entries and forget idle, empty queues (CompactMemory)."""
+        for name, queue in list(self.queues.items()):
+            queue.compact()
+            if queue.idle():
+                del self.queues[name]
+        self.wheel.compact(self._timer_is_current)
+        self.completed.compact()
+        self.failed.compact()
+
+    def _timer_is_current(self, timer: Any) -> bool:
+        return timer_is_current(self, timer)
 
     def _compact_one(self, thing: Any) -> None:
         if isinstance(thing, QueueState):

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from protocol import commands as cmd
+
 from .errors import EngineError
+from .routing import Routes
+from .sink import ReplySink
 
 WORKER_TIMEOUT_MS = 30_000
 
@@ -18,9 +22,20 @@ class WorkerRegistry:
 
     def __init__(self) -> None:
         self._workers: dict[str, dict[str, Any]] = {}
-        self._sessions: dict[str, Any] = {}
+        self._sessions: dict[str, ReplySink] = {}
 
-    def register(self, session: Any, command: Any, now: float) -> dict[str, Any]:
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.RegisterWorker, self.register)
+        routes.add(cmd.UnregisterWorker, self.unregister)
+        routes.add(cmd.Heartbeat, self.heartbeat)
+        routes.add(cmd.ListWorkers, self.list_workers)
+        return routes
+
+    def register(
+        self, session: ReplySink, command: cmd.RegisterWorker, now: float
+    ) -> dict[str, Any]:
         """RegisterWorker: create or refresh a worker record bound to this connection."""
         worker_id = command.workerId or command.name
         record = self._workers.get(worker_id) or {
@@ -44,14 +59,16 @@ class WorkerRegistry:
         self._sessions[worker_id] = session
         return {"ok": True, "data": record}
 
-    def unregister(self, session: Any, command: Any, now: float) -> dict[str, Any]:
+    def unregister(
+        self, session: ReplySink, command: cmd.UnregisterWorker, now: float
+    ) -> dict[str, Any]:
         """UnregisterWorker: forget a worker."""
         if self._workers.pop(command.workerId, None) is None:
             raise EngineError("Worker not found")
         self._sessions.pop(command.workerId, None)
         return {"ok": True, "data": {"removed": True}}
 
-    def heartbeat(self, session: Any, command: Any, now: float) -> dict[str, Any]:
+    def heartbeat(self, session: ReplySink, command: cmd.Heartbeat, now: float) -> dict[str, Any]:
         """Heartbeat: a worker reports it is alive, with its counters."""
         record = self._workers.get(command.id)
         if record is None:
@@ -67,16 +84,23 @@ class WorkerRegistry:
                 record[key] = value
         return {"ok": True, "data": {"ok": True}}
 
-    def list(self, session: Any, command: Any, now: float) -> dict[str, Any]:
+    def list_workers(
+        self, session: ReplySink, command: cmd.ListWorkers, now: float
+    ) -> dict[str, Any]:
         """ListWorkers: every worker, `stale` when not seen for 30 s."""
+        workers = self.summaries(now)
+        return {"ok": True, "data": {"workers": workers, "stats": {"total": len(workers)}}}
+
+    def summaries(self, now: float) -> list[dict[str, Any]]:
+        """Every worker as ListWorkers shows it."""
         workers = []
         for record in self._workers.values():
             stale = now - record["lastSeen"] > WORKER_TIMEOUT_MS
             entry = dict(record, id=record["workerId"], status="stale" if stale else "active")
             workers.append(entry)
-        return {"ok": True, "data": {"workers": workers, "stats": {"total": len(workers)}}}
+        return workers
 
-    def disconnect(self, session: Any) -> None:
+    def disconnect(self, session: ReplySink) -> None:
         """Drop the workers registered on a closed connection."""
         for worker_id, owner in list(self._sessions.items()):
             if owner is session:

@@ -43,7 +43,6 @@ class Session:
         # common reply then goes out straight from the actor, saving a hop through the writer.
         self._direct_send = direct_send
         self._closed = False
-        self.held: set[str] = set()  # the engine's, for now (the jobs pulled without a lease)
         self._staged = bytearray()
         self._staged_count = 0
         self._ready = bytearray()

@@ -22,7 +22,6 @@ class ReplySlot:
 
     def __init__(self, outbox: set[ReplySink]) -> None:
         self._closed = False
-        self.held: set[str] = set()  # the engine's, for now
         self.replies: list[Reply] = []
         self._outbox = outbox
         self._answered = trio.Event()
@@ -77,7 +76,6 @@ class StreamSession:
 
     def __init__(self, outbox: set[ReplySink], budget: InFlight) -> None:
         self._closed = False
-        self.held: set[str] = set()  # the engine's, for now
         self.budget = budget
         self._outbox = outbox
         self._staged: list[Reply] = []

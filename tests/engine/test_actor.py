@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from broker.clock import Clock
-from broker.engine.actor import Batch, EngineActor
+from broker.engine.actor import Batch, Disconnect, EngineActor
 from broker.engine.core import Engine
 from protocol import decode_command
 from tests.conftest import EPOCH_MS
@@ -22,7 +22,6 @@ class RecordingSession:
 
     def __init__(self, outbox: set[Any]) -> None:
         self.closed = False
-        self.held: set[str] = set()
         self.replies: list[dict[str, Any]] = []
         self._outbox = outbox
 
@@ -72,3 +71,49 @@ async def test_batches_of_many_connections_in_one_scheduler_turn_share_one_pass(
         actor.inbox.close()
     assert all(len(session.replies) == 1 for session in sessions)
     assert actor.passes - passes_before <= 2  # one inline, the other nine together
+
+
+class SealedSink:
+    """A ReplySink whose fields cannot be written from outside: `closed` is read only and
+    there is no room for anything else (slots), as the engine must not write a transport's
+    fields."""
+
+    __slots__ = ("_closed", "_outbox", "replies")
+
+    def __init__(self, outbox: set[Any]) -> None:
+        self._closed = False
+        self._outbox = outbox
+        self.replies: list[dict[str, Any]] = []
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """What the transport does itself when its client goes."""
+        self._closed = True
+
+    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
+        self.replies.append(msgspec.msgpack.decode(msgspec.msgpack.encode(reply)))  # as sent
+        self._outbox.add(self)
+
+    def send_staged(self) -> None:
+        pass
+
+
+async def test_a_closing_connection_gets_its_jobs_requeued_and_is_never_written_to() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    worker, other = SealedSink(actor.outbox), SealedSink(actor.outbox)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await actor.submit(Batch(worker, [command(cmd="PUSH", queue="q", data=1)]))
+        await actor.submit(Batch(worker, [command(cmd="PULL", queue="q")]))  # no lease: held
+        job_id = worker.replies[1]["job"]["id"]
+        worker.close()
+        await actor.inbox.send(Disconnect(worker))
+        await trio.testing.wait_all_tasks_blocked()  # the actor took it (another connection's
+        # batch may otherwise run inline first: nothing orders two connections)
+        await actor.submit(Batch(other, [command(cmd="GetState", id=job_id)]))
+        await trio.testing.wait_all_tasks_blocked()
+        actor.inbox.close()
+    assert other.replies[-1]["state"] == "waiting"  # back in the queue, no attempt spent

@@ -51,7 +51,6 @@ class LoggingSession:
 
     def __init__(self, outbox: set[Any], log: list[str]) -> None:
         self.closed = False
-        self.held: set[str] = set()
         self.staged: list[dict[str, Any]] = []
         self.log = log
         self._outbox = outbox

@@ -1,0 +1,365 @@
+"""Jobs: PUSH, PUSHB, ACK, ACKB, FAIL, job heartbeats and the job queries (a component).
+
+Each handler checks everything first, then mutates EngineState, then returns the reply (a dict
+without `reqId`; the engine adds it). Handlers raise EngineError for a refused command.
+Owns nothing: the jobs, queues and keys are EngineState's; admission checks shared with PUSHF
+are in admission.py, the settling checks in leases.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol import commands as cmd
+
+from . import errors
+from .admission import check_group_room, find_cycle
+from .deadlines import settle_failure
+from .errors import EngineError
+from .keys import DEBOUNCE, UNIQUE
+from .leases import active_job, is_late
+from .model import (
+    ACTIVE,
+    COMPLETED,
+    COUNTED_STATES,
+    PRIORITIZED,
+    UNKNOWN,
+    WAITING,
+    WAITING_CHILDREN,
+    Job,
+    job_from_push,
+    uuid7,
+    uuid7s,
+)
+from .routing import Routes
+from .schedule import ScheduleError, check_pattern, first_occurrence, zone
+from .sink import ReplySink
+from .state import NOT_STARTED, EngineState
+
+Reply = dict[str, Any]
+
+
+def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
+    """A repeat's pattern and zone must be usable, and it must have a future occurrence."""
+    if repeat is None or (repeat.get("pattern") is None and repeat.get("every") is None):
+        return
+    try:
+        if repeat.get("pattern") is not None:
+            check_pattern(repeat["pattern"], repeat.get("tz"))
+        elif repeat.get("tz") is not None:
+            zone(repeat["tz"])
+    except ScheduleError as exc:
+        raise EngineError(str(exc)) from None
+    if first_occurrence(repeat, now) is None:
+        raise EngineError("repeat has no future occurrence")
+
+
+def first_run(repeat: dict[str, Any], run_at: float) -> float:
+    """The first occurrence of a repeating job (its own delay counts as the earliest)."""
+    if repeat.get("pattern") is None and repeat.get("every") is None:
+        return run_at
+    first = first_occurrence(repeat, run_at)
+    return run_at if first is None else first
+
+
+def already_finalized() -> Reply:
+    """The answer to a late ACK/FAIL: a successful no-op, not a retryable error."""
+    return {"ok": True, "data": {"applied": False, "reason": "already-finalized"}}
+
+
+class JobCommands:
+    """PUSH, PUSHB, ACK, ACKB, FAIL, JobHeartbeat(B), GetJob, GetState, GetResult, GetJobCounts and
+    Count, over EngineState."""
+
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+
+    def routes(self) -> Routes:
+        """The commands this component answers."""
+        routes = Routes()
+        routes.add(cmd.Push, self.push)
+        routes.add(cmd.PushBatch, self.push_batch)
+        routes.add(cmd.Ack, self.ack)
+        routes.add(cmd.AckBatch, self.ack_batch)
+        routes.add(cmd.Fail, self.fail)
+        routes.add(cmd.JobHeartbeat, self.job_heartbeat)
+        routes.add(cmd.JobHeartbeatB, self.job_heartbeat_batch)
+        routes.add(cmd.GetJob, self.get_job)
+        routes.add(cmd.GetState, self.get_state)
+        routes.add(cmd.GetResult, self.get_result)
+        routes.add(cmd.GetJobCounts, self.get_job_counts)
+        routes.add(cmd.Count, self.count)
+        return routes
+
+    def push(self, session: ReplySink, command: cmd.Push, now: float) -> Reply:
+        """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
+        dependencies must exist."""
+        if command.optionsGiven or command.jobId is not None:  # a plain job has nothing to check
+            existing = self._admit(command, now)
+            if existing is not None:
+                return {"ok": True, "id": existing}
+        job = self._new_job(command.queue, command, command.jobId, now)
+        self.state.add(job, now)
+        return {"ok": True, "id": job.id}
+
+    def _admit(self, command: cmd.Push, now: float) -> str | None:
+        """Check a PUSH's options; returns the id of the job it duplicates, if any."""
+        if command.jobId is not None and command.jobId in (command.dependsOn or ()):
+            raise errors.self_dependency(command.jobId)
+        self._check_dependencies(command.dependsOn or (), ())
+        check_repeat(command.repeat, now)
+        self._check_replace(command.queue, command, {})
+        check_group_room(self.state, command.queue, [command])
+        return self._settle_duplicate(command.queue, command, command.jobId, now)
+
+    def push_batch(self, session: ReplySink, command: cmd.PushBatch, now: float) -> Reply:
+        """PUSHB: every item checked first (dependsOn may name customIds of the batch)."""
+        items: list[Any] = command.jobs  # type: ignore[assignment]
+        queue = command.queue
+        batch_ids = {item.customId for item in items if item.customId is not None}
+        earlier_keys: dict[str, str] = {}  # uniqueKey -> customId (or "") of its first item
+        for index, item in enumerate(items):
+            try:
+                if item.customId is not None and item.customId in (item.dependsOn or ()):
+                    raise errors.self_dependency(item.customId)
+                self._check_dependencies(item.dependsOn or (), batch_ids)
+                check_repeat(item.repeat, now)
+                self._check_replace(queue, item, earlier_keys, items)
+            except EngineError as exc:
+                raise EngineError(f"jobs[{index}]: {exc}") from None
+            if item.uniqueKey is not None:
+                earlier_keys.setdefault(item.uniqueKey, item.customId or "")
+        self._check_batch_cycles(items)
+        check_group_room(self.state, queue, items, batch=True)
+        return {"ok": True, "ids": self._add_batch(queue, items, now)}
+
+    def _add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+        # A dependency on a later item of the batch is simply not completed yet when the earlier
+        # job is added, so adding in input order already gives "any order" chains.
+        state = self.state
+        ids: list[str] = []
+        created: list[Job] = []
+        taken: dict[str, str] = {}
+        fresh = iter(uuid7s(len(items)))
+        for item in items:
+            existing = self._settle_duplicate(queue, item, item.customId, now)
+            if existing is None and item.customId is not None:
+                existing = taken.get(item.customId)
+            if existing is None and item.uniqueKey is not None:
+                existing = taken.get("\0" + item.uniqueKey)
+                if existing is not None and (item.dedup or {}).get("replace"):
+                    # As PUSH does: the earlier job of the batch (not started) is replaced.
+                    created = [job for job in created if job.id != existing]
+                    existing = None
+            if existing is not None:
+                ids.append(existing)
+                continue
+            job = job_from_push(item, queue, item.customId or next(fresh), item.customId, now)
+            if item.customId is not None:
+                taken[item.customId] = job.id
+            if item.uniqueKey is not None:
+                taken["\0" + item.uniqueKey] = job.id
+            created.append(job)
+            ids.append(job.id)
+        for job in created:
+            state.add(job, now)
+        return ids
+
+    def _settle_duplicate(
+        self, queue: str, fields: Any, custom_id: str | None, now: float
+    ) -> str | None:
+        """The existing job this push is a duplicate of (None: add it), applying dedup's
+        `extend` (restart the key's window) and `replace` (drop a job not yet started)."""
+        state = self.state
+        if custom_id is not None and custom_id in state.jobs:
+            return custom_id
+        key = fields.uniqueKey
+        owner = None if key is None else state.key_owner(UNIQUE, queue, key, now)
+        if owner is not None:
+            dedup = fields.dedup or {}
+            held = state.jobs.get(owner)
+            if dedup.get("replace") and held is not None and held.state in NOT_STARTED:
+                state.remove(held)
+                return None
+            if dedup.get("extend") and dedup.get("ttl"):
+                state.extend_key(UNIQUE, queue, key, owner, now + dedup["ttl"])
+            return owner
+        debounce = fields.debounceId
+        if debounce is not None:
+            return state.key_owner(DEBOUNCE, queue, debounce, now)
+        return None
+
+    def _check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
+        """Every dependency is a job the broker holds, one that completed (even if it was
+        removed since), or a job of the same batch."""
+        jobs = self.state.jobs
+        done = self.state.done_ids
+        for dep_id in depends_on:
+            if dep_id not in jobs and dep_id not in batch_ids and dep_id not in done:
+                raise errors.dependency_missing(dep_id)
+
+    def _check_batch_cycles(self, items: list[Any]) -> None:
+        """Jobs of one batch must not wait for each other in a circle (none could ever run).
+        Jobs already held only wait for jobs that existed before them, so a cycle can only
+        run through the batch's own custom ids."""
+        edges = {item.customId: item.dependsOn or () for item in items if item.customId}
+        cycle = find_cycle(edges)
+        if cycle is not None:
+            index = next(i for i, item in enumerate(items) if item.customId == cycle[0])
+            raise EngineError(f"jobs[{index}]: Dependency cycle: {' -> '.join(cycle)}")
+
+    def _check_replace(
+        self, queue: str, fields: Any, earlier_keys: dict[str, str], batch: Any = ()
+    ) -> None:
+        """dedup `replace` may not drop a job that other live jobs wait for: they would wait
+        forever. Checked before anything changes (the replacement itself happens later)."""
+        key = fields.uniqueKey
+        if key is None or not (fields.dedup or {}).get("replace"):
+            return
+        state = self.state
+        if key in earlier_keys:  # replaces an earlier job of the same batch
+            custom_id = earlier_keys[key]
+            waiting = [item.customId or "?" for item in batch
+                       if custom_id and custom_id in (item.dependsOn or ())]  # fmt: skip
+            if waiting:
+                raise errors.replace_blocked(custom_id, waiting)
+            return
+        owner = state.key_owner(UNIQUE, queue, key, state.now)
+        held = state.jobs.get(owner) if owner is not None else None
+        if held is None or held.state not in NOT_STARTED:
+            return
+        jobs = state.jobs
+        waiting = [
+            dep_id
+            for dep_id in state.dependents.get(held.id, ())
+            if dep_id in jobs and jobs[dep_id].state == WAITING_CHILDREN
+        ]
+        if waiting:
+            raise errors.replace_blocked(held.id, waiting)
+
+    def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
+        job = job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
+        if job.repeat is not None:
+            job.run_at = first_run(job.repeat, job.run_at)
+        return job
+
+    def ack(self, session: ReplySink, command: cmd.Ack, now: float) -> Reply:
+        """ACK: complete an active job (token required when it is leased)."""
+        if is_late(self.state, command.id, command.token):
+            return already_finalized()
+        job = active_job(self.state, command.id, command.token)
+        remove = command.removeOnComplete or job.remove_on_complete
+        self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
+        return {"ok": True}
+
+    def ack_batch(self, session: ReplySink, command: cmd.AckBatch, now: float) -> Reply:
+        """ACKB: every job and token checked before any job completes."""
+        ids: list[str] = command.ids
+        tokens = command.tokens or [None] * len(ids)
+        results: list[Any] = command.results or [None] * len(ids)
+        for job_id, token in zip(ids, tokens, strict=True):  # every position: a repeated
+            if not is_late(self.state, job_id, token):  # id with one wrong token rejects the batch
+                active_job(self.state, job_id, token)
+        ignored_ids: list[str] = []
+        ignored_indices: list[int] = []
+        for index, (job_id, result) in enumerate(zip(ids, results, strict=True)):
+            job = self.state.jobs.get(job_id)
+            if job is None or job.state != ACTIVE:
+                ignored_ids.append(job_id)
+                ignored_indices.append(index)
+                continue
+            self.state.complete(job, now, result, job.remove_on_complete)  # type: ignore[arg-type]
+        if ignored_ids:
+            return {
+                "ok": True,
+                "data": {"ignoredIds": ignored_ids, "ignoredIndices": ignored_indices},
+            }
+        return {"ok": True}
+
+    def fail(self, session: ReplySink, command: cmd.Fail, now: float) -> Reply:
+        """FAIL: retry after the backoff while attempts remain, else to the dead-letter queue."""
+        if is_late(self.state, command.id, command.token):
+            return already_finalized()
+        job = active_job(self.state, command.id, command.token)
+        if command.stack is not None:
+            limit = max(int(job.stack_trace_limit), 0)
+            job.stacktrace = command.stack[:limit]
+        reason = command.error if command.error is not None else "Job failed"
+        remove = command.removeOnFail or job.remove_on_fail
+        settle_failure(
+            self.state, job, now, reason, unrecoverable=command.unrecoverable, remove=remove
+        )
+        return {"ok": True}
+
+    def job_heartbeat(self, session: ReplySink, command: cmd.JobHeartbeat, now: float) -> Reply:
+        """JobHeartbeat: note the job is alive; with its token, renew the lease too."""
+        if not self._beat(command.id, command.token, command.duration, now):
+            raise EngineError("Job not found or not active (or invalid token)")
+        return {"ok": True, "data": {"ok": True}}
+
+    def job_heartbeat_batch(
+        self, session: ReplySink, command: cmd.JobHeartbeatB, now: float
+    ) -> Reply:
+        """JobHeartbeatB: heartbeat many jobs; answers how many were alive."""
+        tokens = command.tokens or [None] * len(command.ids)
+        count = sum(
+            self._beat(job_id, token, None, now)
+            for job_id, token in zip(command.ids, tokens, strict=False)
+        )
+        return {"ok": True, "data": {"ok": True, "count": count}}
+
+    def _beat(self, job_id: str, token: str | None, duration: float | None, now: float) -> bool:
+        job = self.state.jobs.get(job_id)
+        if job is None or job.state != ACTIVE:
+            return False
+        if token is not None and token != job.lock_token:
+            return False  # a stale worker's beat must not keep the job looking alive
+        job.last_heartbeat = now
+        if token is not None:
+            self.state.renew_lease(job, now, job.lock_ttl if duration is None else duration)
+        return True
+
+    def get_job(self, session: ReplySink, command: cmd.GetJob, now: float) -> Reply:
+        """GetJob: the job with its state, or `Job not found`."""
+        job = self.state.jobs.get(command.id)
+        if job is None:
+            raise EngineError(errors.JOB_NOT_FOUND)
+        return {"ok": True, "job": job.to_wire_with_state()}
+
+    def get_state(self, session: ReplySink, command: cmd.GetState, now: float) -> Reply:
+        """GetState: the job's state, `unknown` when the broker does not know it."""
+        job = self.state.jobs.get(command.id)
+        return {"ok": True, "id": command.id, "state": UNKNOWN if job is None else job.state}
+
+    def get_result(self, session: ReplySink, command: cmd.GetResult, now: float) -> Reply:
+        """GetResult: the result a completed job was acknowledged with (nil otherwise)."""
+        job = self.state.jobs.get(command.id)
+        result = None
+        if job is not None and job.state == COMPLETED and job.result is not None:
+            result = msgspec.Raw(job.result)
+        return {"ok": True, "id": command.id, "result": result}
+
+    def get_job_counts(self, session: ReplySink, command: cmd.GetJobCounts, now: float) -> Reply:
+        """GetJobCounts: jobs of the queue by state; a paused queue's ready jobs (waiting and
+        prioritized) count as `paused` instead, as GetJobs lists them."""
+        return {"ok": True, "counts": self.counts_of(command.queue)}
+
+    def counts_of(self, name: str) -> dict[str, int]:
+        """The queue's jobs by state, as GetJobCounts shows them."""
+        queue = self.state.queues.get(name)
+        counts = dict(queue.counts) if queue else dict.fromkeys(COUNTED_STATES, 0)
+        counts["paused"] = 0
+        if queue is not None and queue.paused:
+            counts["paused"] = counts[WAITING] + counts[PRIORITIZED]
+            counts[WAITING] = counts[PRIORITIZED] = 0
+        return counts
+
+    def count(self, session: ReplySink, command: cmd.Count, now: float) -> Reply:
+        """Count: waiting + prioritized + delayed jobs of the queue."""
+        queue = self.state.queues.get(command.queue)
+        if queue is None:
+            return {"ok": True, "count": 0}
+        counts = queue.counts
+        return {"ok": True, "count": counts["waiting"] + counts["prioritized"] + counts["delayed"]}

@@ -1,0 +1,107 @@
+"""Retention: the finished jobs of one kind, kept up to a count and an age, and the rules that
+forget them (functions over the little of EngineState they need: `Forgetting`).
+
+A leaf module (it imports only the model), so queues.py (a queue's dead-letter caps) and
+deadlines.py (the timers that age entries out) can both use it without importing each other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from typing import Protocol
+
+from .model import Job
+from .timers import TimerWheel
+
+RETENTION = "retention"
+"""The timer kind that ages a Retention's oldest entry out."""
+
+_finishes = itertools.count(1)
+
+
+def mark_finished(job: Job) -> None:
+    """Give a job that just finished (completed or failed) a new finish number: the entries of
+    its earlier finishes, in every Retention, stop being current."""
+    job.retained_seq = next(_finishes)
+
+
+class Retention:
+    """Finished jobs of one kind (completed or failed), oldest first, kept up to a count and
+    an age. Entries are (finished_at, seq, job); an entry is current while its job is still in
+    this state under the same finish number (`retained_seq`, see `mark_finished`): a job
+    retried and finished again gets a new entry, and its old one is stale. One job may be in
+    several Retentions (the broker-wide one and its queue's dead-letter caps). `count` is the
+    number of jobs in the state, kept by EngineState as jobs enter and leave it."""
+
+    def __init__(self, state: str, limit: float, max_age_ms: float) -> None:
+        self.state = state
+        self.limit = limit
+        self.max_age_ms = max_age_ms
+        self.entries: deque[tuple[float, int, Job]] = deque()
+        self.count = 0
+        self.stale = 0  # entries no longer current (see housekeeping.py)
+        self.armed_at: float | None = None  # when its pending age timer fires, if it has one
+
+    def add(self, job: Job, finished_at: float) -> None:
+        """Keep `job`, finished at `finished_at` (call in finishing order, after
+        `mark_finished`)."""
+        self.entries.append((finished_at, job.retained_seq, job))
+
+    def compact(self) -> None:
+        """Drop the entries that are no longer current."""
+        self.entries = deque(entry for entry in self.entries if self.current(entry))
+        self.stale = 0
+
+    def current(self, entry: tuple[float, int, Job]) -> bool:
+        """Whether the entry still describes its job."""
+        _, seq, job = entry
+        return job.state == self.state and job.retained_seq == seq
+
+    def next_expiry(self) -> float | None:
+        """When the oldest entry reaches the age limit (None when empty or ageless)."""
+        if not self.entries or self.max_age_ms == math.inf:
+            return None
+        return self.entries[0][0] + self.max_age_ms
+
+
+class Forgetting(Protocol):
+    """What the retention rules touch of EngineState: the wheel (age timers), and forgetting
+    a job that aged or was pushed out."""
+
+    wheel: TimerWheel
+
+    def forget(self, job: Job) -> None:
+        """Drop the job entirely (its state tallies, its store row)."""
+        ...
+
+
+def retain(state: Forgetting, retention: Retention, job: Job, now: float) -> None:
+    """Keep a job that has just finished (after `mark_finished`) in `retention`, forgetting
+    what that pushes over its caps."""
+    retention.add(job, job.completed_at or now)
+    expire_retained(state, retention, now)
+
+
+def expire_retained(state: Forgetting, retention: Retention, now: float) -> None:
+    """Forget finished jobs past their count or age (oldest first), and make sure a timer
+    comes for the next one to age out: one pending timer per Retention, unless the next
+    expiry is earlier than it (a shorter maxAge)."""
+    entries = retention.entries
+    while entries:
+        entry = entries[0]
+        if not retention.current(entry):
+            entries.popleft()  # the job moved on (retried, removed): nothing to forget
+            retention.stale = max(retention.stale - 1, 0)
+            continue
+        if retention.count <= retention.limit and entry[0] + retention.max_age_ms > now:
+            break
+        entries.popleft()
+        state.forget(entry[2])  # leaving the state lowers retention.count
+        retention.stale = max(retention.stale - 1, 0)  # ...and counted this entry stale
+    expiry = retention.next_expiry()
+    armed = retention.armed_at
+    if expiry is not None and (armed is None or expiry < armed):
+        retention.armed_at = expiry
+        state.wheel.schedule(expiry, RETENTION, retention)
