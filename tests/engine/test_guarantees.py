@@ -18,7 +18,7 @@ from broker.config import Config
 from broker.engine.actor import Batch, EngineActor
 from broker.engine.core import Engine
 from protocol import decode_command
-from store import JobRow, MemoryStore, Record, StoreError
+from store import JobRow, MemoryStore, Record, StoreError, StoreUnavailable
 from tests.conftest import EPOCH_MS, memory_connector
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
@@ -146,3 +146,42 @@ async def test_a_unique_key_is_free_again_after_a_final_failure(
         await trio.sleep(10)
     assert await state_of(client, after_fail) == "failed"
     assert await push(client, uniqueKey="k") not in (failed, after_fail)
+
+
+class FlakyStore(MemoryStore):
+    """A memory store whose database is unreachable while `down` is set."""
+
+    down = False
+    attempts = 0
+
+    def commit(self, *args: Any, **kwargs: Any) -> None:
+        """Raise StoreUnavailable while down, else commit."""
+        self.attempts += 1
+        if self.down:
+            raise StoreUnavailable("connection refused")
+        super().commit(*args, **kwargs)
+
+
+async def test_an_unreachable_database_withholds_replies_until_the_commit_is_stored(
+    autojump_clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FlakyStore()
+    async with trio.open_nursery() as nursery:
+        app = App(Config(port=0, http_port=0), store=store, clock=Clock(EPOCH_MS))
+        await nursery.start(app.run)
+        client = await memory_connector(app, nursery)()
+        assert (await client.call("PUSH", queue="q", data=1))["ok"] is True
+        store.down = True
+        await client.send({"cmd": "PUSH", "queue": "q", "data": 2, "reqId": "held"})
+        await client.send({"cmd": "PUSH", "queue": "q", "data": 3, "reqId": "behind"})
+        with trio.move_on_after(5):  # five seconds of outage: no reply, retried all along
+            await client.receive()
+            pytest.fail("a reply came before its commit was stored")
+        assert store.attempts > 10 and len(store.rows) == 1
+        store.down = False
+        replies = [await client.receive(), await client.receive()]
+        assert [(r["reqId"], r["ok"]) for r in replies] == [("held", True), ("behind", True)]
+        assert len(store.rows) == 3
+        outage_logs = [r for r in caplog.records if "cannot commit" in r.getMessage()]
+        assert len(outage_logs) == 1 and "connection refused" in outage_logs[0].getMessage()
+        app.shutdown()
