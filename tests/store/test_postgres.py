@@ -10,7 +10,7 @@ import psycopg
 import pytest
 import trio
 
-from broker.app import keep_lease
+from broker.ha import StepDown, keep_lease
 from store import JobRow, LeaseLost, StoreError, StoreUnavailable, open_postgres
 from store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.support.postgres import PrivateServer
@@ -247,6 +247,23 @@ async def test_the_broker_stops_when_its_lease_is_taken(
     sql.execute(f"UPDATE {pg_schema}.lease SET epoch = epoch + 1, holder = 'another'")
     with pytest.raises(LeaseLost):
         await keep_lease_for(store, renewals=1)
+
+
+async def test_the_broker_steps_down_after_a_ttl_without_reaching_the_database(
+    postgres_server, pg_schema, stores, autojump_clock, caplog
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores, lease_ttl_s=3.0)
+    assert store.acquire_lease()
+    postgres_server.stop()
+    try:
+        with pytest.raises(StepDown, match="no lease renewal for 3 s"):
+            await keep_lease(store)
+        assert trio.current_time() >= 3.0  # it kept trying for a whole TTL first
+    finally:
+        postgres_server.start()
+    outage_logs = [r for r in caplog.records if "cannot renew" in r.getMessage()]
+    assert len(outage_logs) == 1  # once per outage, with its cause
+    assert "connect" in outage_logs[0].getMessage()
 
 
 async def keep_lease_for(store: PostgresStore, renewals: int) -> None:
