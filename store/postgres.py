@@ -127,8 +127,10 @@ UPDATE {s}.lease SET epoch = epoch + 1, holder = %(holder)s, address = %(address
 WHERE id = 1 AND (expires_at <= now() OR holder IS NULL)
 RETURNING epoch
 """
+# clock_timestamp(), not now(): a renewal sent while a long scan's transaction is open (the
+# restore after a takeover) must count from the moment it runs, not from the scan's start.
 RENEW_LEASE = """
-UPDATE {s}.lease SET expires_at = now() + make_interval(secs => %(ttl)s)
+UPDATE {s}.lease SET expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
 WHERE id = 1 AND epoch = %(epoch)s
 RETURNING epoch
 """

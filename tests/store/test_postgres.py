@@ -266,6 +266,21 @@ async def test_the_broker_steps_down_after_a_ttl_without_reaching_the_database(
     assert "connect" in outage_logs[0].getMessage()
 
 
+def test_a_renewal_inside_a_long_transaction_counts_from_when_it_runs(
+    postgres_server, pg_schema, stores
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores, lease_ttl_s=5.0)
+    assert store.acquire_lease()
+    conn = store._connection()
+    with conn.transaction():  # as the restore's scan holds one open while the keeper renews
+        conn.execute("SELECT pg_sleep(0.01)")
+        store.renew_lease()
+        later = conn.execute(
+            f"SELECT expires_at > now() + interval '5 s' FROM {pg_schema}.lease"
+        ).fetchone()
+    assert later == (True,)  # not the transaction's start + TTL
+
+
 async def keep_lease_for(store: PostgresStore, renewals: int) -> None:
     """Run the broker's lease keeper for `renewals` renewal periods (plus a little)."""
     with trio.move_on_after(store.lease_ttl_s / 3 * (renewals + 0.5)):
