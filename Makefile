@@ -14,7 +14,7 @@ PG_BINDIRS ?= /usr/lib/postgresql/*/bin
 
 TS_INTEROP := tests/interop/ts
 
-.PHONY: serve test lint bench clean postgres-binaries
+.PHONY: serve test lint bench soak clean postgres-binaries
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ postgres-binaries:
 # The interop install comes first: a machine without npm learns it before the long lint.
 test: $(TS_INTEROP)/node_modules/.installed postgres-binaries lint
 	$(BIN)/pytest -q
+
+# More seeds of the failover test (kill -9 of the active broker at a random moment).
+SOAK_SEEDS ?= 20
+soak: $(BIN)/.installed-test postgres-binaries
+	TRIOQ_FAILOVER_SEEDS=$(SOAK_SEEDS) $(BIN)/pytest -q tests/e2e/test_failover.py
 
 bench: $(BIN)/.installed-test postgres-binaries
 	$(BIN)/python -m benchmarks --compare --modes memory,sqlite,postgres
