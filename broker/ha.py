@@ -108,6 +108,7 @@ class RoleLoop:
         self.tcp: TcpServer | None = None  # the active term's server, None in standby
         self._outage = False
         self._clock = app.clock or Clock()
+        self.restore_s = 0.0  # how long the last takeover's restore took
         self._report_started: Any = None  # reports the listeners once: active, or standby
 
     def status(self) -> dict[str, Any]:
@@ -205,7 +206,9 @@ class RoleLoop:
         try:
             async with trio.open_nursery() as term:
                 term.start_soon(self._keep_lease)
+                started = trio.current_time()
                 await actor.restore()
+                self.restore_s = trio.current_time() - started
                 await self._serve(actor, tcp, http)
                 term.cancel_scope.cancel()
             store.release_lease()  # a clean stop: a standby may take over at once
@@ -234,7 +237,8 @@ class RoleLoop:
                 self._changed()  # connections waiting in standby are served here now
                 http.ready = True
                 app.actor, app.tcp = actor, tcp
-                log.warning("active: serving (epoch %s)", self.epoch)
+                log.warning("active: serving (epoch %s), restored in %.2f s (%d jobs)",
+                            self.epoch, self.restore_s, len(actor.engine.state.jobs))  # fmt: skip
                 self._started()
                 await app.stopped.wait()
                 http.ready = False
