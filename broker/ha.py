@@ -253,8 +253,15 @@ class RoleLoop:
     # -- TCP: served here when active, forwarded when standby ---------------------------------
 
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        """Accept for the broker's whole life: the active term's server takes each client,
+        or, in standby, a forwarder does."""
         while True:
-            stream = await listener.accept()
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # e.g. too many open files: wait, then accept again
+                log.warning("accept failed: %s", exc)
+                await trio.sleep(0.1)
+                continue
             stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, 1)
             if self.tcp is not None:
                 self.tcp.adopt(stream)

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import trio
 
-from store import Store, StoreUnavailable
+from store import Store, StoreError, StoreUnavailable
 
 from ..clock import Clock
 from ..events import EventBus, event_message
@@ -104,6 +104,9 @@ class EngineActor:
         # they are stored, and no other pass runs meanwhile (writes stay in order).
         self._unstored: tuple[Any, ...] | None = None
         self._outage_started: float | None = None
+        # A store failure met in an inline pass: raised again in the actor's own task, so it
+        # ends the engine (fail-stop, or a step-down in ha.py), not the caller's connection.
+        self._failure: StoreError | None = None
 
     async def restore(self) -> None:
         """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
@@ -160,6 +163,8 @@ class EngineActor:
                     await self._wait_for_work(items)
                 except trio.EndOfChannel:
                     return
+                if self._failure is not None:
+                    raise self._failure
                 await self._store_withheld()  # an inline pass the database did not take
                 while len(items) < MAX_BATCHES_PER_PASS:
                     try:
@@ -198,13 +203,18 @@ class EngineActor:
         than the one the actor sleeps on, or left housekeeping to do, the actor is woken.
         """
         armed = self._armed_deadline
-        if armed is None or self._queued_batches or self._inline_spent or self._unstored:
+        busy = self._queued_batches or self._inline_spent or self._unstored or self._failure
+        if armed is None or busy:
             return False
         self._inline_spent = True
         trio.lowlevel.current_trio_token().run_sync_soon(self._allow_inline)
         self._execute([batch])
-        self._commit()
-        if self._unstored is not None:  # the actor retries it (it may wait) and then replies
+        try:
+            self._commit()
+        except StoreError as exc:  # the actor raises it; the replies are never released
+            self._failure = exc
+        if self._unstored is not None or self._failure is not None:
+            # The actor retries the writes (it may wait) and then replies, or raises the failure.
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
             return True

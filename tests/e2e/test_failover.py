@@ -102,9 +102,12 @@ def test_failover_under_load_loses_and_duplicates_nothing(
     with FrameSocket(pair.standby.address) as client:  # the same address, now the active one
         jobs = get_jobs(client, list(acked_pushes.values()))
         assert [job["data"]["n"] for job in jobs] == [int(r[5:]) for r in acked_pushes]
+        sent_acks = {int(r["reqId"][4:]) for r in requests[: run.sent] if r["cmd"] == "ACK"}
         for i in range(len(ids)):  # leases survived with their tokens
             reply = client.call("ACK", id=ids[i], token=tokens[i], result={"n": i})
-            assert reply["ok"] is (i not in acked_acks), (i, reply)
+            if i in acked_acks or i not in sent_acks:  # done once, or never sent: settles now
+                assert reply["ok"] is (i not in acked_acks), (i, reply)
+            # An ACK in flight at the kill may have been applied (its reply lost) or not.
     in_db = stored(postgres_server.url, pg_schema, pushed_queue)
     sent_pushes = sum(1 for request in requests[: run.sent] if request["cmd"] == "PUSH")
     assert set(acked_pushes.values()) <= set(in_db) and len(in_db) <= sent_pushes

@@ -18,7 +18,7 @@ from broker.config import Config
 from broker.engine.actor import Batch, EngineActor
 from broker.engine.core import Engine
 from protocol import decode_command
-from store import JobRow, MemoryStore, Record, StoreError, StoreUnavailable
+from store import JobRow, LeaseLost, MemoryStore, Record, StoreError, StoreUnavailable
 from tests.conftest import EPOCH_MS, memory_connector
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
@@ -185,3 +185,32 @@ async def test_an_unreachable_database_withholds_replies_until_the_commit_is_sto
         outage_logs = [r for r in caplog.records if "cannot commit" in r.getMessage()]
         assert len(outage_logs) == 1 and "connection refused" in outage_logs[0].getMessage()
         app.shutdown()
+
+
+async def test_a_lost_lease_in_an_inline_pass_ends_the_actor_not_the_callers_task() -> None:
+    log: list[str] = []
+    store = FencedStore(log)
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    session = LoggingSession(actor.outbox, log)
+    submitted = False
+    with pytest.RaisesGroup(pytest.RaisesExc(LeaseLost), flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(actor.run)
+            await trio.testing.wait_all_tasks_blocked()  # parked: the batch runs inline
+            store.fenced = True
+            await actor.submit(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
+            submitted = True  # an HTTP request or a connection must not be the one to fail
+            await trio.sleep_forever()
+    assert submitted and log == []  # the actor stopped, and no reply was released
+
+
+class FencedStore(RecordingStore):
+    """A recording store whose lease another broker takes once `fenced` is set."""
+
+    fenced = False
+
+    def commit(self, *args: Any, **kwargs: Any) -> None:
+        """Raise LeaseLost when fenced, else commit."""
+        if self.fenced:
+            raise LeaseLost("another broker took the lease over")
+        super().commit(*args, **kwargs)
