@@ -171,11 +171,11 @@ class RoleLoop:
                     return True
                 self._observe(store.lease())
                 self._end_outage()
-                self._started()  # a standby: the lease is another broker's
             except StoreUnavailable as exc:
                 if not self._outage:
                     log.warning("standby: cannot reach the database (retrying): %s", exc)
                     self._outage = True
+            self._started()  # a standby: the lease is another broker's, or out of reach
             with trio.move_on_after(store.lease_ttl_s / POLLS_PER_TTL):
                 await self.app.stopped.wait()
         return False

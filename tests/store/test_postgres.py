@@ -281,6 +281,21 @@ def test_a_renewal_inside_a_long_transaction_counts_from_when_it_runs(
     assert later == (True,)  # not the transaction's start + TTL
 
 
+def test_a_scan_holds_no_transaction_open_between_its_pages(
+    postgres_server, pg_schema, stores, monkeypatch
+) -> None:
+    monkeypatch.setattr("store.postgres.SCAN_BATCH", 3)
+    store = open_store(postgres_server, pg_schema, stores)
+    assert store.acquire_lease()
+    store.commit([job(f"j{n:02}") for n in range(10)], [], sync=False)
+    seen = []
+    for row in store.scan_jobs():  # a restore pauses here, and the lease keeper renews
+        status = store._connection().info.transaction_status
+        assert status == psycopg.pq.TransactionStatus.IDLE, status
+        seen.append(row.id)
+    assert seen == [f"j{n:02}" for n in range(10)]
+
+
 async def keep_lease_for(store: PostgresStore, renewals: int) -> None:
     """Run the broker's lease keeper for `renewals` renewal periods (plus a little)."""
     with trio.move_on_after(store.lease_ttl_s / 3 * (renewals + 0.5)):
