@@ -16,7 +16,7 @@ INSTALL_CHROMIUM ?= yes
 
 TS_INTEROP := tests/interop/ts
 
-.PHONY: serve test lint bench clean postgres-binaries chromium
+.PHONY: serve test lint bench soak clean postgres-binaries chromium
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,11 @@ chromium:
 # The installs come first: a machine without npm or Chromium learns it before the long lint.
 test: $(TS_INTEROP)/node_modules/.installed postgres-binaries chromium lint
 	$(BIN)/pytest -q
+
+# More seeds of the failover test (kill -9 of the active broker at a random moment).
+SOAK_SEEDS ?= 20
+soak: $(BIN)/.installed-test postgres-binaries
+	TRIOQ_FAILOVER_SEEDS=$(SOAK_SEEDS) $(BIN)/pytest -q tests/e2e/test_failover.py
 
 bench: $(BIN)/.installed-test postgres-binaries
 	$(BIN)/python -m benchmarks --compare --modes memory,sqlite,postgres

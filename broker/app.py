@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
-from store import Store, StoreError, StoreUnavailable, open_postgres, open_sqlite
+from store import Store, StoreError, open_postgres, open_sqlite
 from store.postgres import PostgresStore
 
 from .clock import Clock
@@ -26,6 +26,9 @@ from .config import Config
 from .engine.actor import EngineActor
 from .engine.core import Engine
 from .engine.state import EngineState
+from .ha import RoleLoop, StepDown, keep_lease
+
+__all__ = ["App", "StepDown", "keep_lease", "open_store", "serve_until_signalled"]
 from .metrics import Metrics
 from .server.http import HttpServer
 from .server.tcp import TcpServer
@@ -45,33 +48,44 @@ class App:
     ) -> None:
         self.config = config
         self.store = store
-        self._clock = clock
-        self._stop = trio.Event()
+        self.clock = clock
+        self.stopped = trio.Event()
+        """Set by `shutdown`."""
         self.actor: EngineActor | None = None
         self.tcp: TcpServer | None = None
         self.http: HttpServer | None = None
         self.http_listeners: list[Any] = []
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Start everything, report the TCP listeners, serve until shutdown, then stop cleanly."""
+        """Start everything, report the TCP listeners, serve until shutdown, then stop cleanly.
+        On PostgreSQL the role loop (ha.py) runs instead: standby or active, as the lease says."""
+        if isinstance(self.store, PostgresStore):
+            await RoleLoop(self, self.store).run(task_status=task_status)
+            return
+        actor = self.actor = EngineActor(
+            Engine(self.new_state()), self.clock or Clock(), self.store
+        )
+        await self._serve(actor, task_status)
+
+    def new_state(self) -> EngineState:
+        """An empty engine state with the configured retention."""
         config = self.config
-        state = EngineState(
+        return EngineState(
             keep_completed=config.keep_completed,
             keep_failed=config.keep_failed,
             keep_completed_ms=config.keep_completed_s * 1000,
             keep_failed_ms=config.keep_failed_s * 1000,
         )
-        actor = self.actor = EngineActor(Engine(state), self._clock or Clock(), self.store)
-        await self._serve(actor, task_status)
 
-    async def _serve(self, actor: EngineActor, task_status: Any) -> None:
+    def wire(
+        self, actor: EngineActor, tcp: TcpServer, role: Callable[[], str] | None = None
+    ) -> tuple[Metrics, WebhookDispatcher]:
+        """Connect an engine to its metrics and webhooks (the dispatcher still has to run)."""
         config = self.config
-        tcp = self.tcp = TcpServer(actor, config.auth_tokens)
-        metrics = Metrics(actor.engine.state, lambda: len(tcp.connections))
+        metrics = Metrics(actor.engine.state, lambda: len(tcp.connections), role)
         actor.engine.state.on_start = metrics.job_started
         actor.engine.state.on_complete = metrics.job_completed
         actor.on_pass = metrics.pass_commands.observe
-        http = self.http = HttpServer(actor, metrics, config.auth_tokens)
         engine = actor.engine
         engine.prometheus = lambda: metrics.render().decode()  # the Prometheus command
         engine.webhooks.allow_private = config.allow_private_webhooks
@@ -79,6 +93,18 @@ class App:
             engine.webhooks, actor.submit, retry_base_s=config.webhook_retry_s
         )
         actor.bus.add_listener(dispatcher.on_event, engine.webhooks.has_enabled)
+        return metrics, dispatcher
+
+    @property
+    def stopping(self) -> bool:
+        """Whether `shutdown` was called."""
+        return self.stopped.is_set()
+
+    async def _serve(self, actor: EngineActor, task_status: Any) -> None:
+        config = self.config
+        tcp = self.tcp = TcpServer(actor, config.auth_tokens)
+        metrics, dispatcher = self.wire(actor, tcp)
+        http = self.http = HttpServer(actor, metrics, config.auth_tokens)
         async with trio.open_nursery() as nursery:
             async with trio.open_nursery() as servers:
                 # Start-up order: the HTTP port first, answering /ready with 503 while the
@@ -93,7 +119,7 @@ class App:
                 listeners = await servers.start(tcp.run, config.host, config.port)
                 http.ready = True
                 task_status.started(listeners)
-                await self._stop.wait()
+                await self.stopped.wait()
                 http.ready = False
                 tcp.stop_accepting()
                 await actor.inbox.send(actor.answer_parked_message())
@@ -103,7 +129,7 @@ class App:
 
     def shutdown(self) -> None:
         """Begin the graceful shutdown."""
-        self._stop.set()
+        self.stopped.set()
 
 
 def open_store(config: Config) -> Store:
@@ -120,43 +146,12 @@ def open_store(config: Config) -> Store:
 
 
 def _open_postgres(config: Config) -> PostgresStore:
-    """The PostgreSQL store holding its schema's lease. A lease still held (a broker that was
-    killed, or another one) is waited for until it expires; one renewed meanwhile by a live
-    broker is refused: one broker per --pg-schema."""
-    store = open_postgres(
+    """The PostgreSQL store, schema created or checked; the lease is the role loop's (ha.py):
+    a broker that finds the schema led by another starts as its standby."""
+    return open_postgres(
         config.postgres_url, config.pg_schema,
         lease_ttl_s=config.lease_ttl_s, advertise=config.advertise,
     )  # fmt: skip
-    try:
-        lease = store.lease()
-        deadline = time.monotonic() + max(lease.expires_in_s, 0) + config.lease_ttl_s
-        if not store.acquire_lease():
-            holder = lease.address or "a broker"
-            log.warning("schema %s: waiting up to %.1f s for the lease of %s to expire",
-                        config.pg_schema, deadline - time.monotonic(), holder)  # fmt: skip
-        while not store.acquire_lease():
-            if time.monotonic() > deadline:
-                raise StoreError(
-                    f"PostgreSQL schema {config.pg_schema} is in use by another broker "
-                    f"({store.lease().address or 'no --advertise address'}); one per --pg-schema"
-                )
-            time.sleep(config.lease_ttl_s / 10)  # blocking: nothing else runs yet
-    except BaseException:
-        store.close()
-        raise
-    return store
-
-
-async def keep_lease(store: PostgresStore) -> None:
-    """Renew the store's lease every third of its TTL. A lost lease stops the broker at once,
-    as a failed commit does (LeaseLost propagates: fail-stop); an unreachable database is
-    retried at the next renewal."""
-    while True:
-        await trio.sleep(store.lease_ttl_s / 3)
-        try:
-            store.renew_lease()
-        except StoreUnavailable as exc:
-            log.warning("cannot renew the lease (will retry): %s", exc)
 
 
 async def serve_until_signalled(config: Config, store: Store | None) -> None:
@@ -169,8 +164,6 @@ async def serve_until_signalled(config: Config, store: Store | None) -> None:
             nursery.cancel_scope.cancel()  # stopped: so are the lease keeper and signal wait
 
         listeners = await nursery.start(run_app)
-        if isinstance(store, PostgresStore):
-            nursery.start_soon(keep_lease, store)
         for listener in listeners:
             host, port = listener.socket.getsockname()[:2]
             print(f"trioq listening on tcp {host}:{port}", flush=True)

@@ -84,13 +84,30 @@ class HistogramCollector(Collector):
             yield histogram.family()
 
 
+class RoleCollector(Collector):
+    """`trioq_role{role="active"|"standby"} 1`: this broker's role at scrape time."""
+
+    def __init__(self, role: Callable[[], str]) -> None:
+        self.role = role
+
+    def collect(self) -> Iterator[Any]:
+        """Yield the role."""
+        gauge = GaugeMetricFamily("trioq_role", "This broker's role (PostgreSQL)", labels=["role"])
+        gauge.add_metric([self.role()], 1)
+        yield gauge
+
+
 class Metrics:
     """The broker's metrics registry and the histograms it observes."""
 
-    def __init__(self, state: Any, connections: Callable[[], int]) -> None:
+    def __init__(
+        self, state: Any, connections: Callable[[], int], role: Callable[[], str] | None = None
+    ) -> None:
         self.connections = connections  # open TCP connections, for /dashboard too
         self.registry = CollectorRegistry()
         self.registry.register(EngineCollector(state, connections))
+        if role is not None:  # several brokers on PostgreSQL: which one is active
+            self.registry.register(RoleCollector(role))
         self.push_to_start = FastHistogram(
             "trioq_push_to_start_seconds", "From a job's run time to its start", LATENCY_BUCKETS
         )

@@ -119,7 +119,11 @@ SELECT {s}.commit_pass(%b::bigint, %b::boolean,
     %b::text[], %b::text[], %b::text[], %b::float8[], %b::float8[], %b::float8[], %b::int4[],
     %b::bytea[], %b::text[], %b::text[], %b::text[], %b::bytea[], %b::text[], %b::text[])
 """
-SELECT_JOBS = "SELECT id, queue, state, body FROM {s}.jobs"
+# Keyset pages in autocommit, not one cursor in a long transaction: a restore of a million jobs
+# would hold that transaction open for a minute, meet idle_in_transaction_session_timeout at the
+# first long pause (a GC), and make a lease renewal sent meanwhile keep the lease row locked.
+# The lease holder is the only writer, so the pages see stable data.
+SELECT_JOBS = "SELECT id, queue, state, body FROM {s}.jobs WHERE id > %s ORDER BY id LIMIT %s"
 SELECT_RECORDS = "SELECT kind, key, body FROM {s}.records"
 TAKE_LEASE = """
 UPDATE {s}.lease SET epoch = epoch + 1, holder = %(holder)s, address = %(address)s,
@@ -127,8 +131,10 @@ UPDATE {s}.lease SET epoch = epoch + 1, holder = %(holder)s, address = %(address
 WHERE id = 1 AND (expires_at <= now() OR holder IS NULL)
 RETURNING epoch
 """
+# clock_timestamp(), not now(): a renewal sent while a long scan's transaction is open (the
+# restore after a takeover) must count from the moment it runs, not from the scan's start.
 RENEW_LEASE = """
-UPDATE {s}.lease SET expires_at = now() + make_interval(secs => %(ttl)s)
+UPDATE {s}.lease SET expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
 WHERE id = 1 AND epoch = %(epoch)s
 RETURNING epoch
 """
@@ -341,16 +347,19 @@ class PostgresStore:
         return list(self.scan_jobs())
 
     def scan_jobs(self) -> Iterator[JobRow]:
-        """Every stored job, fetched SCAN_BATCH rows at a time through a server-side cursor."""
-        try:
-            conn = self._connection()
-            with conn.transaction(), conn.cursor(name="trioq_scan") as cursor:
-                cursor.itersize = SCAN_BATCH
-                cursor.execute(self._sql["jobs"])
-                for job_id, queue, state, body in cursor:
-                    yield JobRow(job_id, queue, state, bytes(body))
-        except psycopg.Error as exc:
-            raise self._fail(exc) from None
+        """Every stored job, in pages of SCAN_BATCH rows by id, no transaction held between
+        pages (the caller may pause between rows, and renew the lease meanwhile)."""
+        last = ""
+        while True:
+            try:
+                page = self._connection().execute(self._sql["jobs"], [last, SCAN_BATCH]).fetchall()
+            except psycopg.Error as exc:
+                raise self._fail(exc) from None
+            for job_id, queue, state, body in page:
+                yield JobRow(job_id, queue, state, bytes(body))
+            if len(page) < SCAN_BATCH:
+                return
+            last = page[-1][0]
 
     def load_records(self) -> list[Record]:
         """Every stored record."""

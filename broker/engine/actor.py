@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import trio
 
-from store import Store
+from store import Store, StoreError, StoreUnavailable
 
 from ..clock import Clock
 from ..events import EventBus, event_message
@@ -38,6 +38,8 @@ INBOX_SIZE = 256
 MAX_BATCHES_PER_PASS = 32
 LOAD_SLICE = 10_000
 """Stored rows read at start-up between two checkpoints."""
+COMMIT_RETRY_S = 0.2
+"""While the database is unreachable, how often a withheld commit is tried again."""
 
 
 @attrs.define(slots=True)  # not frozen: one is made per read, and frozen init costs more
@@ -100,6 +102,13 @@ class EngineActor:
         # instead of one for all of them, and new clients would wait behind all those commits.
         self._inline_spent = False
         self._restored = False
+        # A pass's writes the store could not take (StoreUnavailable): its replies wait until
+        # they are stored, and no other pass runs meanwhile (writes stay in order).
+        self._unstored: tuple[Any, ...] | None = None
+        self._outage_started: float | None = None
+        # A store failure met in an inline pass: raised again in the actor's own task, so it
+        # ends the engine (fail-stop, or a step-down in ha.py), not the caller's connection.
+        self._failure: StoreError | None = None
 
     async def restore(self) -> None:
         """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
@@ -156,6 +165,9 @@ class EngineActor:
                     await self._wait_for_work(items)
                 except trio.EndOfChannel:
                     return
+                if self._failure is not None:
+                    raise self._failure
+                await self._store_withheld()  # an inline pass the database did not take
                 while len(items) < MAX_BATCHES_PER_PASS:
                     try:
                         items.append(receive.receive_nowait())
@@ -164,6 +176,7 @@ class EngineActor:
                 self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
                 self._execute(items)
                 self._commit()
+                await self._store_withheld()
                 self._send_replies()
                 if self._queued_batches:
                     # More work is already waiting: let other tasks (new connections, a Ping,
@@ -193,12 +206,21 @@ class EngineActor:
         than the one the actor sleeps on, or left housekeeping to do, the actor is woken.
         """
         armed = self._armed_deadline
-        if armed is None or self._queued_batches or self._inline_spent:
+        busy = self._queued_batches or self._inline_spent or self._unstored or self._failure
+        if armed is None or busy:
             return False
         self._inline_spent = True
         trio.lowlevel.current_trio_token().run_sync_soon(self._allow_inline)
         self._execute([batch])
-        self._commit()
+        try:
+            self._commit()
+        except StoreError as exc:  # the actor raises it; the replies are never released
+            self._failure = exc
+        if self._unstored is not None or self._failure is not None:
+            # The actor retries the writes (it may wait) and then replies, or raises the failure.
+            self._armed_deadline = None
+            self.inbox.send_nowait(Wake())
+            return True
         self._send_replies()
         if self.engine.next_deadline() < armed or self.engine.state.housekeeping_due():
             self._armed_deadline = None
@@ -272,11 +294,48 @@ class EngineActor:
         and GIL contention than it won in overlap. A store failure stops the broker
         (fail-stop): the pass's replies have not been sent, so no client was told `ok` for
         a change that is not stored, and a restart resumes from the last commit.
+        An unreachable database (StoreUnavailable) is the exception: the writes are kept and
+        `_store_withheld` retries them, replies still withheld, until they are stored or the
+        broker steps down (ha.py cancels the actor).
         """
-        if self.store is not None:
-            self._commit_to(self.store)
+        if self.store is None:
+            return
+        writes = self._take_writes()
+        if writes is None:
+            return
+        rows, deleted, sync, records, record_deletes = writes
+        try:
+            self.store.commit(rows, deleted, sync=sync, records=records,
+                              record_deletes=record_deletes)  # fmt: skip
+        except StoreUnavailable as exc:
+            self._unstored = writes
+            self._outage(exc)
 
-    def _commit_to(self, store: Store) -> None:
+    async def _store_withheld(self) -> None:
+        """Retry the withheld writes every COMMIT_RETRY_S until the store takes them. A lost
+        lease (LeaseLost) ends the actor, the replies unsent."""
+        store = self.store
+        while self._unstored is not None and store is not None:
+            await trio.sleep(COMMIT_RETRY_S)
+            rows, deleted, sync, records, record_deletes = self._unstored
+            try:
+                store.commit(rows, deleted, sync=sync, records=records,
+                             record_deletes=record_deletes)  # fmt: skip
+            except StoreUnavailable as exc:
+                self._outage(exc)
+                continue
+            self._unstored = None
+            started, self._outage_started = self._outage_started, None
+            log.warning("commits stored again after %.1f s", trio.current_time() - (started or 0))
+
+    def _outage(self, exc: StoreUnavailable) -> None:
+        """Log an outage once, with its cause, not once per attempt."""
+        if self._outage_started is None:
+            self._outage_started = trio.current_time()
+            log.warning("cannot commit; replies withheld, retrying: %s", exc)
+
+    def _take_writes(self) -> tuple[Any, ...] | None:
+        """The pass's writes as `Store.commit` arguments, or None when there are none."""
         changed, deleted, sync = self.engine.state.take_changes()
         records, record_deletes = self.engine.crons.take_writes()
         state_writes = (self.engine.settings.take_writes(), self.engine.webhooks.take_writes())
@@ -285,6 +344,13 @@ class EngineActor:
             record_deletes += fewer
         if changed or deleted or records or record_deletes:
             rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
+            return rows, deleted, sync, records, record_deletes
+        return None
+
+    def _commit_to(self, store: Store) -> None:
+        writes = self._take_writes()
+        if writes is not None:
+            rows, deleted, sync, records, record_deletes = writes
             store.commit(rows, deleted, sync=sync, records=records, record_deletes=record_deletes)
 
     def _send_replies(self) -> None:

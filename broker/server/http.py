@@ -120,6 +120,9 @@ class HttpServer:
         self.metrics = metrics
         self.tokens = tokens
         self.ready = False
+        # With several brokers on PostgreSQL (ha.py): the role, epoch and active broker for
+        # /health; commands are then answered only while ready (active).
+        self.role_status: Callable[[], dict[str, Any]] | None = None
         self.budget = BodyBudget(MAX_BUFFERED_BODIES)
         self.websockets = 0
         self.static = StaticFiles()
@@ -235,8 +238,11 @@ class HttpServer:
         if path not in OPEN_PATHS and not self._authorized(request):
             return error(401, "Unauthorized")
         page = self._pages.get(path) if method == "GET" else None
-        if page is not None:
+        if page is not None and (path in OPEN_PATHS or self._serving()):
             return await page()
+        if not self._serving():
+            active = self.role_status() if self.role_status else {}
+            return error(503, f"standby: the active broker is at {active.get('active')}")
         if method == "GET" and path == "/dashboard/queues":
             return await self._dashboard_queues(parse_qs(url.query))
         dashboard_queue = DASHBOARD_QUEUE.fullmatch(path)
@@ -407,6 +413,10 @@ class HttpServer:
     def _authorized(self, request: h11.Request) -> bool:
         return bearer_authorized(request.headers, self.tokens)
 
+    def _serving(self) -> bool:
+        """Whether commands are answered here: always, except on a standby broker."""
+        return self.ready or self.role_status is None
+
     def _uptime_s(self) -> int:
         """Whole seconds since the broker started."""
         return math.floor((self.actor.clock.now_ms() - self.actor.engine.started_ms) / 1000)
@@ -419,7 +429,7 @@ class HttpServer:
             "version": __version__,
             "uptime": self._uptime_s(),
             "queues": len(state.queues),
-        }
+        } | (self.role_status() if self.role_status is not None else {})
 
     async def _stats(self) -> Answer:
         """Stored job counts, then since-start totals (named `total...`), and uptime in s."""

@@ -310,6 +310,14 @@ class TcpServer:
             for listener in listeners:
                 listener.socket.close()
 
+    async def serve_handed_over(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve only the streams handed over by `adopt`, for a listener owned elsewhere (the
+        role loop of ha.py keeps its port through standby and active terms)."""
+        async with trio.open_nursery() as handlers:
+            self._handlers = handlers
+            task_status.started()
+            await trio.sleep_forever()
+
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
         """Serve one already-connected stream (used for sockets and for in-memory tests)."""
         connection = Connection(stream, self.actor, self.tokens, self.guards)

@@ -1,16 +1,15 @@
 """`trioq serve --postgres URL --pg-schema S` as a real process on the session's private
-PostgreSQL: acknowledged jobs survive a SIGKILL, and one broker writes per schema."""
+PostgreSQL: acknowledged jobs survive a SIGKILL, and a second broker on the schema is a standby
+that forwards its clients to the active one."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
+import httpx
 import psycopg
 
-from tests.support.postgres import PrivateServer
+from tests.support.postgres import PrivateServer, free_port
 
-from .conftest import BrokerFactory, FrameSocket
+from .conftest import BrokerFactory, FrameSocket, poll_until
 from .test_crash import WINDOW, get_jobs, pipeline
 
 TTL = "1"  # --lease-ttl-s: a killed broker's lease keeps its successor waiting this long
@@ -46,18 +45,36 @@ def test_acknowledged_pushes_survive_a_kill_and_restart(
     assert {n: priorities[acked[n]] for n in acked} == {n: n % 3 for n in acked}
 
 
-def test_a_second_broker_on_a_led_schema_is_refused_in_one_line(
+def test_a_second_broker_is_a_standby_that_forwards_to_the_active_one(
     broker_factory: BrokerFactory, postgres_server: PrivateServer, pg_schema: str
 ) -> None:
     where = (postgres_server.url, pg_schema)
-    first = broker_factory("--lease-ttl-s", TTL, "--advertise", "10.1.2.3:6789", postgres=where)
-    storage = ["--postgres", postgres_server.url, "--pg-schema", pg_schema, "--lease-ttl-s", TTL]
-    command = [sys.executable, "-m", "broker", "serve", "--port", "0", "--http-port", "0", *storage]
-    second = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    assert second.returncode == 2
-    assert second.stderr.strip().splitlines()[-1] == (
-        f"trioq: error: PostgreSQL schema {pg_schema} is in use by another broker "
-        "(10.1.2.3:6789); one per --pg-schema"
-    )
-    with FrameSocket(first.address) as client:  # the first kept its lease all along
-        assert client.call("PUSH", queue="pg", data={})["ok"] is True
+    first_http, second_http = free_port(), free_port()
+    ttl = "10"  # nothing here waits for an expiry: a loaded machine must not cause a takeover
+    first = broker_factory("--lease-ttl-s", ttl, "--http-port", str(first_http), postgres=where)
+    second = broker_factory("--lease-ttl-s", ttl, "--http-port", str(second_http), postgres=where)
+    active_address = f"127.0.0.1:{first.address[1]}"
+    with httpx.Client(timeout=5) as http:
+        standby = poll_until(
+            lambda: http.get(f"http://127.0.0.1:{second_http}/health").json(),
+            lambda health: health["active"] == active_address,
+        )
+        assert (standby["role"], standby["active"]) == ("standby", active_address)
+        assert http.get(f"http://127.0.0.1:{second_http}/ready").status_code == 503
+        refused = http.post(f"http://127.0.0.1:{second_http}/queues/q/jobs", json={"data": {}})
+        assert refused.status_code == 503 and active_address in refused.json()["error"]
+        assert (
+            'trioq_role{role="standby"} 1.0'
+            in http.get(f"http://127.0.0.1:{second_http}/metrics").text
+        )
+        active = http.get(f"http://127.0.0.1:{first_http}/health").json()
+        assert (active["role"], active["epoch"]) == ("active", standby["epoch"])
+        assert http.get(f"http://127.0.0.1:{first_http}/ready").status_code == 200
+    with FrameSocket(second.address) as client:  # the standby's address reaches the active
+        pushed = client.call("PUSH", queue="pg", data={"via": "standby"})
+    assert pushed["ok"] is True
+    with FrameSocket(first.address) as client:
+        assert client.call("GetJob", id=pushed["id"])["job"]["data"] == {"via": "standby"}
+    with psycopg.connect(postgres_server.url) as sql:  # the first kept its lease all along
+        lease = sql.execute(f"SELECT epoch, address FROM {pg_schema}.lease").fetchone()
+    assert lease == (standby["epoch"], active_address)

@@ -18,7 +18,7 @@ from broker.config import Config
 from broker.engine.actor import Batch, EngineActor
 from broker.engine.core import Engine
 from protocol import decode_command
-from store import JobRow, MemoryStore, Record, StoreError
+from store import JobRow, LeaseLost, MemoryStore, Record, StoreError, StoreUnavailable
 from tests.conftest import EPOCH_MS, memory_connector
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
@@ -145,3 +145,71 @@ async def test_a_unique_key_is_free_again_after_a_final_failure(
         await trio.sleep(10)
     assert await state_of(client, after_fail) == "failed"
     assert await push(client, uniqueKey="k") not in (failed, after_fail)
+
+
+class FlakyStore(MemoryStore):
+    """A memory store whose database is unreachable while `down` is set."""
+
+    down = False
+    attempts = 0
+
+    def commit(self, *args: Any, **kwargs: Any) -> None:
+        """Raise StoreUnavailable while down, else commit."""
+        self.attempts += 1
+        if self.down:
+            raise StoreUnavailable("connection refused")
+        super().commit(*args, **kwargs)
+
+
+async def test_an_unreachable_database_withholds_replies_until_the_commit_is_stored(
+    autojump_clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FlakyStore()
+    async with trio.open_nursery() as nursery:
+        app = App(Config(port=0, http_port=0), store=store, clock=Clock(EPOCH_MS))
+        await nursery.start(app.run)
+        client = await memory_connector(app, nursery)()
+        assert (await client.call("PUSH", queue="q", data=1))["ok"] is True
+        store.down = True
+        await client.send({"cmd": "PUSH", "queue": "q", "data": 2, "reqId": "held"})
+        await client.send({"cmd": "PUSH", "queue": "q", "data": 3, "reqId": "behind"})
+        with trio.move_on_after(5):  # five seconds of outage: no reply, retried all along
+            await client.receive()
+            pytest.fail("a reply came before its commit was stored")
+        assert store.attempts > 10 and len(store.rows) == 1
+        store.down = False
+        replies = [await client.receive(), await client.receive()]
+        assert [(r["reqId"], r["ok"]) for r in replies] == [("held", True), ("behind", True)]
+        assert len(store.rows) == 3
+        outage_logs = [r for r in caplog.records if "cannot commit" in r.getMessage()]
+        assert len(outage_logs) == 1 and "connection refused" in outage_logs[0].getMessage()
+        app.shutdown()
+
+
+async def test_a_lost_lease_in_an_inline_pass_ends_the_actor_not_the_callers_task() -> None:
+    log: list[str] = []
+    store = FencedStore(log)
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    session = LoggingSession(actor.outbox, log)
+    submitted = False
+    with pytest.RaisesGroup(pytest.RaisesExc(LeaseLost), flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(actor.run)
+            await trio.testing.wait_all_tasks_blocked()  # parked: the batch runs inline
+            store.fenced = True
+            await actor.submit(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
+            submitted = True  # an HTTP request or a connection must not be the one to fail
+            await trio.sleep_forever()
+    assert submitted and log == []  # the actor stopped, and no reply was released
+
+
+class FencedStore(RecordingStore):
+    """A recording store whose lease another broker takes once `fenced` is set."""
+
+    fenced = False
+
+    def commit(self, *args: Any, **kwargs: Any) -> None:
+        """Raise LeaseLost when fenced, else commit."""
+        if self.fenced:
+            raise LeaseLost("another broker took the lease over")
+        super().commit(*args, **kwargs)

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 import trio
 
-from broker.app import keep_lease
+from broker.ha import StepDown, keep_lease
 from store import JobRow, LeaseLost, StoreError, StoreUnavailable, open_postgres
 from store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.support.postgres import PrivateServer
@@ -247,6 +247,53 @@ async def test_the_broker_stops_when_its_lease_is_taken(
     sql.execute(f"UPDATE {pg_schema}.lease SET epoch = epoch + 1, holder = 'another'")
     with pytest.raises(LeaseLost):
         await keep_lease_for(store, renewals=1)
+
+
+async def test_the_broker_steps_down_after_a_ttl_without_reaching_the_database(
+    postgres_server, pg_schema, stores, autojump_clock, caplog
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores, lease_ttl_s=3.0)
+    assert store.acquire_lease()
+    postgres_server.stop()
+    try:
+        with pytest.raises(StepDown, match="no lease renewal for 3 s"):
+            await keep_lease(store)
+        assert trio.current_time() >= 3.0  # it kept trying for a whole TTL first
+    finally:
+        postgres_server.start()
+    outage_logs = [r for r in caplog.records if "cannot renew" in r.getMessage()]
+    assert len(outage_logs) == 1  # once per outage, with its cause
+    assert "connect" in outage_logs[0].getMessage()
+
+
+def test_a_renewal_inside_a_long_transaction_counts_from_when_it_runs(
+    postgres_server, pg_schema, stores
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores, lease_ttl_s=5.0)
+    assert store.acquire_lease()
+    conn = store._connection()
+    with conn.transaction():  # as the restore's scan holds one open while the keeper renews
+        conn.execute("SELECT pg_sleep(0.01)")
+        store.renew_lease()
+        later = conn.execute(
+            f"SELECT expires_at > now() + interval '5 s' FROM {pg_schema}.lease"
+        ).fetchone()
+    assert later == (True,)  # not the transaction's start + TTL
+
+
+def test_a_scan_holds_no_transaction_open_between_its_pages(
+    postgres_server, pg_schema, stores, monkeypatch
+) -> None:
+    monkeypatch.setattr("store.postgres.SCAN_BATCH", 3)
+    store = open_store(postgres_server, pg_schema, stores)
+    assert store.acquire_lease()
+    store.commit([job(f"j{n:02}") for n in range(10)], [], sync=False)
+    seen = []
+    for row in store.scan_jobs():  # a restore pauses here, and the lease keeper renews
+        status = store._connection().info.transaction_status
+        assert status == psycopg.pq.TransactionStatus.IDLE, status
+        seen.append(row.id)
+    assert seen == [f"j{n:02}" for n in range(10)]
 
 
 async def keep_lease_for(store: PostgresStore, renewals: int) -> None:
