@@ -56,9 +56,15 @@ def next_fire(
     return candidate.timestamp() * 1000
 
 
+MIN_INTERVAL_MS = 1.0
+"""An interval schedule fires at most once a millisecond: a positive `every` below that (the
+seed allows any) would otherwise fire again in the same instant, or overflow the arithmetic."""
+
+
 def next_every(every_ms: float, previous_ms: float, now_ms: float) -> float:
     """The next time of an interval schedule after `previous_ms`, skipping times already past
     (a late worker does not cause a burst), keeping the schedule's phase."""
+    every_ms = max(every_ms, MIN_INTERVAL_MS)
     following = previous_ms + every_ms
     if following > now_ms:
         return following

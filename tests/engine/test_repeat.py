@@ -62,3 +62,18 @@ async def test_bad_patterns_are_refused(client: FrameClient) -> None:
         "PUSH", queue="q", data={}, repeat={"every": 1000, "endDate": 1000, "immediately": True}
     )
     assert reply["error"] == "repeat has no future occurrence"
+
+
+async def test_a_tiny_positive_interval_neither_stops_the_broker_nor_spins(
+    connect, autojump_clock
+) -> None:
+    # A worker parked on the queue when the delayed first occurrence came due: its claim made
+    # the next occurrence, whose time overflowed and stopped the broker.
+    worker, producer = await connect(), await connect()
+    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 3000, "reqId": "parked"})
+    await push(producer, delay=50, repeat={"every": 5e-324, "limit": 3})
+    first = (await worker.receive_for("parked"))["job"]
+    assert first is not None
+    await worker.call("ACK", id=first["id"])
+    second = await pull_job(worker)
+    assert second["runAt"] - first["runAt"] >= 1  # at most one occurrence a millisecond

@@ -89,3 +89,10 @@ def test_limit_start_and_end() -> None:
     cron = {"pattern": "0 * * * *"}
     assert first_occurrence(cron, ms(2026, 1, 1, 10, 1)) == ms(2026, 1, 1, 11, 0)
     assert first_occurrence({**cron, "immediately": True}, 1234) == 1234
+
+
+def test_an_interval_below_a_millisecond_runs_at_most_once_a_millisecond() -> None:
+    # 5e-324 ms passed validation (it is positive) and overflowed the arithmetic, which stopped
+    # the broker at the timer and again at every restart.
+    assert next_every(5e-324, 5000, 9300) == 9301
+    assert next_every(1e-300, 5000, 5000) == 5001
