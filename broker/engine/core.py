@@ -118,29 +118,41 @@ class Engine:
             session.stage_reply(reply, command.reqId)
 
     def tick(self, now: float) -> None:
-        """Fire due timers and answer long polls that can now be served or have timed out."""
+        """Fire due timers and answer long polls that can now be served or have timed out.
+
+        As in `execute`, a bug costs one timer or one queue's waiters, never the broker: the
+        failure is logged and the rest of the tick goes on (a stopped broker whose cause is
+        stored would stop again at every restart)."""
         self.state.now = now
         if self.state.wheel.next_deadline() <= now:
             self._fire_due(now)
         dirty = self.state.dirty_queues
         while dirty:
-            self.pulls.serve_waiters(dirty.pop(), now)
+            queue = dirty.pop()
+            try:
+                self.pulls.serve_waiters(queue, now)
+            except Exception:
+                log.exception("serving the long polls of queue %s failed", queue)
         if self.state.finished:
-            self.lifecycle.answer_job_waiters()
+            try:
+                self.lifecycle.answer_job_waiters()
+            except Exception:
+                log.exception("answering WaitJob failed")
 
     def _fire_due(self, now: float) -> None:
         """Apply the due timers; handle those that are the engine's (polls, WaitJob, crons)."""
         for kind, target, token in fire_timers(self.state, now):
-            if kind == WAIT_JOB:
-                self.lifecycle.wait_timed_out(target)
-                continue
-            if kind == GROUP_WAKE:
-                self.state.dirty_queues.add(target)
-                continue
-            if kind == CRON:
-                self.crons.fire(target, token, now)
-                continue
-            self.pulls.poll_timed_out(target)
+            try:
+                if kind == WAIT_JOB:
+                    self.lifecycle.wait_timed_out(target)
+                elif kind == GROUP_WAKE:
+                    self.state.dirty_queues.add(target)
+                elif kind == CRON:
+                    self.crons.fire(target, token, now)
+                else:
+                    self.pulls.poll_timed_out(target)
+            except Exception:
+                log.exception("a %s timer failed; dropped", kind)
 
     def next_deadline(self) -> float:
         """When `tick` next has work to do, in epoch ms (inf when never)."""

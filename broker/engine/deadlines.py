@@ -8,6 +8,7 @@ The rules are functions over `TimedState`, the part of EngineState they may touc
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 from .dlq import DLQ_RETRY, DeadLetterState, auto_retry
@@ -30,6 +31,8 @@ KEY_EXPIRY = "key-expiry"
 GROUP_WAKE = "group-wake"
 TIMEOUT_REASON = "Job timeout exceeded"
 TTL_REASON = "Job expired (ttl)"
+
+log = logging.getLogger(__name__)
 
 
 def retry_delay(job: Job) -> float:
@@ -135,39 +138,54 @@ def timer_is_current(state: TimedState, timer: Any) -> bool:
 
 def fire_timers(state: TimedState, now: float) -> list[tuple[str, Any, Any]]:
     """Apply every due delay, lease expiry and retention limit; returns the due timers
-    that are the engine's to handle (polls, WaitJob, crons), as (kind, target, token)."""
+    that are the engine's to handle (polls, WaitJob, crons), as (kind, target, token).
+
+    A timer whose rule fails (a bug) is logged and dropped: the others still fire, and the
+    broker does not stop (a stored cause would stop it again at every restart)."""
     for_engine: list[tuple[str, Any, Any]] = []
     for timer in state.wheel.pop_due(now):
-        job = timer.target
-        if timer.kind == PROMOTE:
-            if job.state == DELAYED and job.timer_token == timer.token:
-                state.make_ready(job)
-        elif timer.kind == LEASE:
-            # A renewed lease leaves its earlier timers behind: only the current
-            # expiry counts.
-            current = job.state == ACTIVE and job.lock_token == timer.token
-            if current and now >= job.lock_expires_at:
-                _lease_expired(state, job, now)
-        elif timer.kind == RETENTION:
-            if timer.target.armed_at == timer.at_ms:
-                timer.target.armed_at = None  # this was its pending timer
-            expire_retained(state, timer.target, now)
-        elif timer.kind == DLQ_RETRY:
-            auto_retry(state, job, timer.token, now)
-        elif timer.kind == TIMEOUT:
-            if job.state == ACTIVE and job.activation == timer.token:
-                time_out(state, job, now)
-        elif timer.kind == KEY_EXPIRY:
-            state.keys.expire(*timer.target)
-        elif timer.kind == STALL:
-            if job.state == ACTIVE and job.activation == timer.token:
-                _check_stall(state, job, now)
-        elif timer.kind == TTL:
-            if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
-                state.fail(job, now, TTL_REASON, job.remove_on_fail)
-        else:
-            for_engine.append((timer.kind, timer.target, timer.token))
+        try:
+            handled = _apply_timer(state, timer, now)
+        except Exception:
+            log.exception("a %s timer failed; dropped", timer.kind)
+            continue
+        if handled is not None:
+            for_engine.append(handled)
     return for_engine
+
+
+def _apply_timer(state: TimedState, timer: Any, now: float) -> tuple[str, Any, Any] | None:
+    """Apply one due timer's rule; returns it when it is the engine's to handle."""
+    job = timer.target
+    if timer.kind == PROMOTE:
+        if job.state == DELAYED and job.timer_token == timer.token:
+            state.make_ready(job)
+    elif timer.kind == LEASE:
+        # A renewed lease leaves its earlier timers behind: only the current
+        # expiry counts.
+        current = job.state == ACTIVE and job.lock_token == timer.token
+        if current and now >= job.lock_expires_at:
+            _lease_expired(state, job, now)
+    elif timer.kind == RETENTION:
+        if timer.target.armed_at == timer.at_ms:
+            timer.target.armed_at = None  # this was its pending timer
+        expire_retained(state, timer.target, now)
+    elif timer.kind == DLQ_RETRY:
+        auto_retry(state, job, timer.token, now)
+    elif timer.kind == TIMEOUT:
+        if job.state == ACTIVE and job.activation == timer.token:
+            time_out(state, job, now)
+    elif timer.kind == KEY_EXPIRY:
+        state.keys.expire(*timer.target)
+    elif timer.kind == STALL:
+        if job.state == ACTIVE and job.activation == timer.token:
+            _check_stall(state, job, now)
+    elif timer.kind == TTL:
+        if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
+            state.fail(job, now, TTL_REASON, job.remove_on_fail)
+    else:
+        return (timer.kind, timer.target, timer.token)
+    return None
 
 
 def time_out(state: TimedState, job: Job, now: float) -> None:
