@@ -42,16 +42,26 @@ class StaticFiles:
         return ASSETS[name], self._files[name]
 
 
+def whole_number(text: str) -> int | None:
+    """`text` as a whole number of at most 15 ASCII digits, else None. (`str.isdigit` alone
+    accepts digits such as '²' that `int` refuses, and `int` refuses over 4,300 digits.)"""
+    text = text.strip()
+    if text.isascii() and text.isdigit() and len(text) <= 15:
+        return int(text)
+    return None
+
+
 def page_bounds(query: dict[str, list[str]]) -> tuple[int, int] | str:
     """(limit, offset) from `?limit=&offset=`, or the error text: limit is 1..500 (default 100),
     offset a whole number ≥ 0 (default 0)."""
     limit_text = (query.get("limit") or [str(DEFAULT_LIMIT)])[0]
     offset_text = (query.get("offset") or ["0"])[0]
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_LIMIT:
+    limit, offset = whole_number(limit_text), whole_number(offset_text)
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         return f"limit must be a whole number from 1 to {MAX_LIMIT}"
-    if not offset_text.isdigit():
+    if offset is None:
         return "offset must be a whole number of at least 0"
-    return int(limit_text), int(offset_text)
+    return limit, offset
 
 
 def flag(query: dict[str, list[str]], name: str) -> bool:

@@ -21,6 +21,8 @@ from typing import Any
 
 import trio
 
+from .dashboard import whole_number
+
 RING_SIZE = 1000
 HEARTBEAT_S = 15.0
 SEND_TIMEOUT_S = 10.0
@@ -59,9 +61,9 @@ class EventRing:
     def start_cursor(self, last_event_id: str | None) -> int:
         """Where a new client starts: after `Last-Event-ID` when the ring still holds what
         followed it (else at the oldest event held), otherwise at the newest event."""
-        if last_event_id is None or not last_event_id.strip().isdigit():
+        wanted = None if last_event_id is None else whole_number(last_event_id)
+        if wanted is None:
             return self.last_id
-        wanted = int(last_event_id)
         return min(max(wanted, self.oldest_id() - 1), self.last_id)
 
     async def wait(self) -> None:

@@ -113,6 +113,10 @@ async def test_dashboard_queues_pages_with_limit_and_offset(
         ("limit=501", "limit must be a whole number from 1 to 500"),
         ("limit=ten", "limit must be a whole number from 1 to 500"),
         ("offset=-1", "offset must be a whole number of at least 0"),
+        # Digits str.isdigit accepts but int refuses, and more digits than int reads: a 500 before.
+        ("limit=%C2%B9", "limit must be a whole number from 1 to 500"),
+        ("offset=%C2%B2", "offset must be a whole number of at least 0"),
+        ("offset=" + "9" * 5000, "offset must be a whole number of at least 0"),
     ],
 )
 async def test_dashboard_queues_refuses_bad_paging(
@@ -329,6 +333,7 @@ async def test_a_client_that_falls_a_ring_behind_is_dropped() -> None:
     assert [event_id for event_id, _ in ring.since(1) or []] == [2, 3]
     assert ring.start_cursor("0") == 1  # a too-old Last-Event-ID replays what is left
     assert ring.start_cursor("junk") == 3
+    assert ring.start_cursor("²") == 3  # isdigit, but not a number int reads
 
 
 async def test_a_client_that_leaves_is_forgotten(app: App, nursery: trio.Nursery) -> None:
