@@ -87,7 +87,7 @@ def advertised_address(host: str, listeners: list[trio.SocketListener]) -> str:
 def split_address(address: str) -> tuple[str, int] | None:
     """(host, port) of HOST:PORT (IPv6 in brackets), or None when malformed."""
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not (port.isascii() and port.isdigit()):
         return None
     return host.strip("[]"), int(port)
 

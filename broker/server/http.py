@@ -55,6 +55,10 @@ REQUEST_TIMEOUT_S = 30.0
 READ_SIZE = 65536
 # Open WebSockets at most (as the reference); more are answered 503.
 MAX_WEBSOCKETS = 1000
+# Open connections on the HTTP port (plain HTTP, WebSocket and SSE together). Each may hold
+# up to MAX_HEAD + READ_SIZE bytes of an unauthenticated request head, so their number is
+# what bounds that memory; past it a new connection is answered 503 and closed.
+MAX_CONNECTIONS = 2000
 OPEN_PATHS = frozenset({"/health", "/healthz", "/live", "/ready", "/metrics", "/prometheus"})
 JSON = "application/json"
 CORS_HEADERS = [
@@ -125,6 +129,7 @@ class HttpServer:
         self.role_status: Callable[[], dict[str, Any]] | None = None
         self.budget = BodyBudget(MAX_BUFFERED_BODIES)
         self.websockets = 0
+        self.connections = 0
         self.static = StaticFiles()
         self.collector = Collector()
         # SSE clients read the numbered events of one ring (sse.py); it is fed only while
@@ -158,11 +163,16 @@ class HttpServer:
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
         """One client connection: HTTP requests (keep-alive), or one WebSocket. Whatever goes
         wrong in it ends this connection only."""
+        self.connections += 1
         try:
             # PEER_GONE: the client went away or spoke broken HTTP: nothing to tell it.
             with contain_failures("HTTP connection", PEER_GONE):
+                if self.connections > MAX_CONNECTIONS:
+                    await send_bare_error(stream, RequestFailed(503, "Too many connections"))
+                    return
                 await self._serve(stream)
         finally:
+            self.connections -= 1
             await trio.aclose_forcefully(stream)
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
@@ -535,18 +545,20 @@ async def read_head(stream: trio.abc.Stream) -> bytes | None:
     None when the client closes or sends nothing within the idle timeout; RequestFailed when
     the head is too large or does not arrive within the request timeout."""
     with trio.move_on_after(IDLE_TIMEOUT_S):
-        data = bytes(await stream.receive_some(READ_SIZE))
+        data = bytearray(await stream.receive_some(READ_SIZE))
     if not data:
         return None
     with trio.move_on_after(REQUEST_TIMEOUT_S):
         while b"\r\n\r\n" not in data:
             if len(data) > MAX_HEAD:
                 raise RequestFailed(431, "Request head too large")
-            chunk = await stream.receive_some(READ_SIZE)
+            # Never more than one byte past the limit: a head is all an anonymous client
+            # may make the broker hold, and a bytearray grows without copying it all.
+            chunk = await stream.receive_some(MAX_HEAD + 1 - len(data))
             if not chunk:
                 return None
             data += chunk
-        return data
+        return bytes(data)
     raise RequestFailed(408, "Request timeout")
 
 

@@ -234,3 +234,20 @@ async def test_a_store_failure_met_by_an_http_request_stops_the_broker(
                 await trio.sleep_forever()
     assert [status for status, _, _ in answers] == [200]
     assert len(store.rows) == 1  # only the job whose push was answered
+
+
+async def test_connections_beyond_the_cap_are_refused_503(
+    app: App, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each open connection may hold an unauthenticated request head; their number bounds that.
+    monkeypatch.setattr(http_module, "MAX_CONNECTIONS", 2)
+    silent = [open_connection(app, nursery) for _ in range(2)]  # they never send a byte
+    await trio.testing.wait_all_tasks_blocked()
+    refused = await read_until_closed(open_connection(app, nursery))
+    assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    await silent[0].aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    served = open_connection(app, nursery)
+    await served.send_all(get("/healthz"))
+    assert (await served.receive_some(65536)).startswith(b"HTTP/1.1 200 OK\r\n")
+
