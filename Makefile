@@ -10,7 +10,7 @@ INSTALL_NODE ?= yes
 
 TS_INTEROP := tests/interop/ts
 
-.PHONY: serve test lint bench clean
+.PHONY: serve test lint bench clean mutation soak
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,5 +58,29 @@ bench: $(BIN)/.installed-test
 	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
 
+# Mutation testing (slow, not part of `make test`): mutmut mutates the modules in MUTATE (dotted
+# names; the config is [tool.mutmut] in pyproject.toml), runs the in-process tests against each
+# mutant and prints the score per module. Equivalent survivors are listed in
+# tests/mutation_equivalents.md. Results are cached in mutants/ (delete it for a fresh run).
+MUTATE ?= store protocol broker.engine
+mutation: $(BIN)/.installed-test
+	$(BIN)/pip install -q mutmut==3.8.1
+	$(BIN)/mutmut run $(foreach m,$(MUTATE),"$(m).*") > mutants.log 2>&1 || (tail -20 mutants.log; false)
+	$(BIN)/python -m tests.support.mutation_score
+
+# The long fault runs (minutes): 10^6 fuzzed frames with a fresh seed, fuzzed HTTP and WebSocket
+# requests, 100 kill -9 rounds. Scale them with the same variables (see tests/e2e/README section
+# in README.md).
+SOAK_FRAMES ?= 1000000
+SOAK_REQUESTS ?= 20000
+SOAK_ROUNDS ?= 100
+SOAK_EXAMPLES ?= 2000
+soak: $(BIN)/.installed-test
+	TRIOQ_FUZZ_FRAMES=$(SOAK_FRAMES) TRIOQ_FUZZ_REQUESTS=$(SOAK_REQUESTS) \
+	TRIOQ_CRASH_ROUNDS=$(SOAK_ROUNDS) TRIOQ_STATEFUL_EXAMPLES=$(SOAK_EXAMPLES) \
+	$(BIN)/pytest -q -p no:cacheprovider --timeout=0 -s \
+		tests/e2e/test_fuzz.py tests/e2e/test_http_fuzz.py tests/e2e/test_crash.py \
+		tests/e2e/test_long_faults.py tests/model
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules
+	rm -rf $(VENV) mutants mutants.log .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules
