@@ -69,17 +69,19 @@ mutation: $(BIN)/.installed-test
 	$(BIN)/python -m tests.support.mutation_score
 
 # The long fault runs (minutes): 10^6 fuzzed frames with a fresh seed, fuzzed HTTP and WebSocket
-# requests per HTTP/WebSocket property, 100 kill -9 rounds per crash test, 2000 stateful engine
-# examples. Each variable scales one of them (see README.md, Testing).
+# requests per HTTP/WebSocket property, 100 kill -9 rounds per crash test and of the mixed
+# workload (tests/e2e/test_long_faults.py), 2000 stateful engine examples. Each variable scales one of them (see README.md, Testing).
 SOAK_FRAMES ?= 1000000
 SOAK_REQUESTS ?= 20000
 SOAK_ROUNDS ?= 100
 SOAK_EXAMPLES ?= 2000
 soak: $(BIN)/.installed-test
 	TRIOQ_FUZZ_FRAMES=$(SOAK_FRAMES) TRIOQ_FUZZ_REQUESTS=$(SOAK_REQUESTS) \
-	TRIOQ_CRASH_ROUNDS=$(SOAK_ROUNDS) TRIOQ_STATEFUL_EXAMPLES=$(SOAK_EXAMPLES) \
+	TRIOQ_CRASH_ROUNDS=$(SOAK_ROUNDS) TRIOQ_KILL_ROUNDS=$(SOAK_ROUNDS) \
+	TRIOQ_STATEFUL_EXAMPLES=$(SOAK_EXAMPLES) \
 	$(BIN)/pytest -q -p no:cacheprovider --timeout=0 -s \
-		tests/e2e/test_fuzz.py tests/e2e/test_http_fuzz.py tests/e2e/test_crash.py tests/model
+		tests/e2e/test_fuzz.py tests/e2e/test_http_fuzz.py tests/e2e/test_crash.py \
+		tests/e2e/test_long_faults.py tests/model
 
 clean:
 	rm -rf $(VENV) mutants mutants.log .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules
