@@ -70,7 +70,8 @@ mutation: $(BIN)/.installed-test
 
 # The long fault runs (minutes): 10^6 fuzzed frames with a fresh seed, fuzzed HTTP and WebSocket
 # requests per HTTP/WebSocket property, 100 kill -9 rounds per crash test and of the mixed
-# workload (tests/e2e/test_long_faults.py), 2000 stateful engine examples. Each variable scales one of them (see README.md, Testing).
+# workload (tests/e2e/test_long_faults.py), 2000 stateful engine examples. Each variable
+# scales one of them (see README.md).
 SOAK_FRAMES ?= 1000000
 SOAK_REQUESTS ?= 20000
 SOAK_ROUNDS ?= 100

@@ -24,6 +24,7 @@ the seed of the run (set `TRIOQ_STATEFUL_SEED` to rerun the same search).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import random
 import tempfile
@@ -46,7 +47,7 @@ from hypothesis.stateful import (
 from tests.model.harness import EngineHarness, ModelSession
 
 STATEFUL_EXAMPLES = int(os.environ.get("TRIOQ_STATEFUL_EXAMPLES", "25"))
-STEPS = int(os.environ.get("TRIOQ_STATEFUL_STEPS", "30"))
+STEPS = int(os.environ.get("TRIOQ_STATEFUL_STEPS", "40"))
 QUEUES = ("q", "r")
 STATES = ("waiting", "prioritized", "delayed", "active", "completed", "failed",
           "waiting-children", "paused")  # fmt: skip
@@ -78,6 +79,13 @@ def ready_as_one(counts: dict[str, int]) -> dict[str, int]:
     merged = {state: counts[state] for state in STATES if state not in READY}
     merged["ready"] = sum(counts[state] for state in READY)
     return merged
+
+
+def settlement(job_id: str, fail: bool, unrecoverable: bool) -> dict[str, Any]:
+    """The fields of an ACK or a FAIL of `job_id` (without its token)."""
+    if fail:
+        return {"cmd": "FAIL", "error": "boom", "unrecoverable": unrecoverable}
+    return {"cmd": "ACK", "result": {"done": job_id}}
 
 
 class EngineModel(RuleBasedStateMachine):
@@ -162,19 +170,22 @@ class EngineModel(RuleBasedStateMachine):
     @rule(
         session=st.integers(0, 2),
         queue=st.sampled_from(QUEUES),
-        lease=st.sampled_from([None, 1_000, 5_000]),
+        lease=st.sampled_from([None, 1_000, 5_000, DEFAULT_LEASE_MS]),
         count=st.integers(1, 3),
     )
     def pull(self, session: int, queue: str, lease: int | None, count: int) -> None:
-        """PULLB up to `count` jobs, with the default lease or a short one."""
-        options = {} if lease is None else {"lockTtl": lease}
+        """PULLB up to `count` jobs: with an owner and a lease (and so a token), or held by the
+        connection alone (no lease: the job is requeued when the connection goes)."""
+        options = {} if lease is None else {"owner": f"w{session}", "lockTtl": lease}
         reply = self.call(session, cmd="PULLB", queue=queue, count=count, **options)
         assert reply["ok"] is True, reply
         ids = [job["id"] for job in reply["jobs"]]
         assert len(set(ids)) == len(ids), f"one pull handed out a job twice: {ids}"
         tokens = reply.get("tokens") or [None] * len(ids)
+        if lease is not None:
+            assert all(isinstance(token, str) for token in tokens), reply
         for job_id, token in zip(ids, tokens, strict=True):
-            self.delivered(job_id, token, session, lease or DEFAULT_LEASE_MS)
+            self.delivered(job_id, token, session, math.inf if lease is None else lease)
 
     def delivered(self, job_id: str, token: str | None, session: int, lease_ms: float) -> None:
         """Check and record one delivery."""
@@ -187,20 +198,34 @@ class EngineModel(RuleBasedStateMachine):
         job.holder = self.sessions[session % len(self.sessions)]
         job.pulled_at_ms, job.lease_ms, job.may_redeliver = self.now_ms, lease_ms, False
 
+    def leased_jobs(self) -> list[str]:
+        """Ids of handed-out jobs with a lease token."""
+        return [i for i in self.active_jobs() if self.jobs[i].token is not None]
+
+    @precondition(lambda self: self.leased_jobs())
+    @rule(data=st.data(), fail=st.booleans())
+    def lease_runs_out_and_the_job_is_pulled_again(self, data: st.DataObject, fail: bool) -> None:
+        """Jump past one job's lease, pull its queue again, and settle it with the old token
+        (which must be refused if the job was handed out again)."""
+        job_id = data.draw(st.sampled_from(self.leased_jobs()), label="job")
+        job = self.jobs[job_id]
+        old_token = job.token
+        left_ms = job.pulled_at_ms + job.lease_ms - self.now_ms
+        self.advance(max(left_ms, 0) / 1000 + 0.5)
+        self.pull(0, job.queue, 5_000, 3)
+        if job.active and job.token != old_token and old_token is not None:
+            self.settle_with_stale_token(job_id, old_token, settlement(job_id, fail, False))
+
     @precondition(lambda self: self.active_jobs())
     @rule(data=st.data(), stale=st.booleans(), fail=st.booleans(), unrecoverable=st.booleans())
     def settle(self, data: st.DataObject, stale: bool, fail: bool, unrecoverable: bool) -> None:
         """ACK or FAIL a handed-out job, with its current token or one of its stale ones."""
         job_id = data.draw(st.sampled_from(self.active_jobs()), label="job")
         job = self.jobs[job_id]
-        command = {"cmd": "FAIL", "error": "boom", "unrecoverable": unrecoverable} if fail else {
-            "cmd": "ACK", "result": {"done": job_id}}  # fmt: skip
+        command = settlement(job_id, fail, unrecoverable)
         if stale and job.stale_tokens:
-            before = self.state_of(job_id)
             token = data.draw(st.sampled_from(job.stale_tokens), label="stale token")
-            reply = self.call(0, id=job_id, token=token, **command)
-            assert reply["ok"] is False, f"a stale token settled {job_id}: {reply}"
-            assert self.state_of(job_id) == before, f"a stale token moved {job_id}"
+            self.settle_with_stale_token(job_id, token, command)
             return
         reply = self.call(0, id=job_id, token=job.token, **command)
         if not job.may_redeliver:  # nothing could have taken the job away from its holder
@@ -212,29 +237,27 @@ class EngineModel(RuleBasedStateMachine):
                 job.stale_tokens.append(job.token)
             job.active, job.token = False, None
 
+    def settle_with_stale_token(self, job_id: str, token: str, command: dict[str, Any]) -> None:
+        """A stale token is refused and changes nothing."""
+        before = self.state_of(job_id)
+        reply = self.call(0, id=job_id, token=token, **command)
+        assert reply["ok"] is False, f"a stale token settled {job_id}: {reply}"
+        assert self.state_of(job_id) == before, f"a stale token moved {job_id}"
+
     # -- queues, dead letters ----------------------------------------------------------------
 
-    @rule(queue=st.sampled_from(QUEUES), pause=st.booleans())
-    def pause_or_resume(self, queue: str, pause: bool) -> None:
-        """Pause or resume a queue."""
-        reply = self.call(2, cmd="Pause" if pause else "Resume", queue=queue)
-        assert reply["ok"] is True, reply
-
-    @rule(queue=st.sampled_from(QUEUES))
-    def retry_dead_letters(self, queue: str) -> None:
-        """RetryDlq: failed jobs go back to waiting."""
-        assert self.call(2, cmd="RetryDlq", queue=queue)["ok"] is True
-        for job in self.jobs.values():
-            if job.queue == queue and not job.acked:
-                job.may_redeliver = True
-
-    @rule(queue=st.sampled_from(QUEUES))
-    def purge_dead_letters(self, queue: str) -> None:
-        """PurgeDlq: failed jobs are removed."""
+    @rule(
+        queue=st.sampled_from(QUEUES),
+        action=st.sampled_from(["Pause", "Resume", "RetryDlq", "PurgeDlq"]),
+    )
+    def queue_admin(self, queue: str, action: str) -> None:
+        """Pause or resume a queue; retry its dead letters (back to waiting) or purge them."""
         failed = self.listed(queue)["failed"]
-        assert self.call(2, cmd="PurgeDlq", queue=queue)["ok"] is True
-        for job_id in failed:
-            self.jobs[job_id].purged = True
+        reply = self.call(2, cmd=action, queue=queue)
+        assert reply["ok"] is True, reply
+        for job_id in failed if action in ("RetryDlq", "PurgeDlq") else ():
+            self.jobs[job_id].purged |= action == "PurgeDlq"
+            self.jobs[job_id].may_redeliver = True
 
     # -- time, connections, restarts ----------------------------------------------------------
 
@@ -260,20 +283,22 @@ class EngineModel(RuleBasedStateMachine):
 
     @rule()
     def restart(self) -> None:
-        """Restart on the same store: every job comes back as it was, active ones requeued."""
+        """Restart on the same store: every job comes back as it was; a job held by a
+        connection alone is requeued, a leased one stays active (its worker may settle it)."""
         before = self.all_states()
         self.engine.restart()
         self.sessions = [self.engine.session() for _ in range(3)]
         after = self.all_states()
         for job_id, state in before.items():
-            if state == "active":
+            job = self.jobs[job_id]
+            if state == "active" and job.token is None:
                 assert after.get(job_id) in QUEUED | {"failed"}, (job_id, after.get(job_id))
-            elif state in ("waiting", "paused", "prioritized"):
-                assert after.get(job_id) in ("waiting", "paused", "prioritized"), (job_id, state)
+            elif state in READY:
+                assert after.get(job_id) in READY, (job_id, state, after.get(job_id))
             else:
                 assert after.get(job_id) == state, f"{job_id} was {state}, reloaded {after}"
         for job in self.jobs.values():
-            if job.active:
+            if job.active and job.token is None:
                 job.may_redeliver = True
 
     # -- observations and invariants ----------------------------------------------------------
