@@ -1,0 +1,147 @@
+"""Admin, cron, webhook and lifecycle commands: each bad field is named exactly in the error,
+and the defaults a client gets when it leaves a field out (found unpinned by `make mutation`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from protocol import decode_command
+from protocol.codec import Rejected
+
+CRON = {"cmd": "Cron", "name": "nightly", "queue": "q", "repeatEvery": 1000}
+HOOK = {"cmd": "AddWebhook", "url": "http://example.test/h", "events": ["job.completed"]}
+LOCKS = {"cmd": "ExtendLocks", "ids": ["a", "b"]}
+WRONG = {"not": "a scalar"}  # the wrong type for every typed field
+
+
+def decode(message: dict[str, Any]) -> Any:
+    return decode_command(msgspec.msgpack.encode(message))
+
+
+def error_of(message: dict[str, Any]) -> str:
+    command = decode(message)
+    assert isinstance(command, Rejected), command
+    return command.error
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({**CRON, "name": 7}, "name must be a string"),
+        ({**CRON, "name": ""}, "name is required"),
+        ({**CRON, "schedule": 5}, "schedule must be a string"),
+        ({**CRON, "repeatEvery": WRONG}, "repeatEvery must be a number"),
+        ({**CRON, "repeatEvery": 0}, "repeatEvery must be greater than 0"),
+        ({**CRON, "repeatEvery": -5}, "repeatEvery must be greater than 0"),
+        ({**CRON, "priority": WRONG}, "priority must be a number"),
+        ({**CRON, "maxLimit": WRONG}, "maxLimit must be a number"),
+        ({**CRON, "maxLimit": 1.5}, "maxLimit must be an integer"),
+        ({**CRON, "timezone": 3}, "timezone must be a string"),
+        ({**CRON, "uniqueKey": 3}, "uniqueKey must be a string"),
+        ({**CRON, "preventOverlap": "yes"}, "preventOverlap must be a boolean"),
+        ({**CRON, "skipMissedOnRestart": "yes"}, "skipMissedOnRestart must be a boolean"),
+        ({**CRON, "immediately": "yes"}, "immediately must be a boolean"),
+        ({**HOOK, "url": 5}, "url must be a string"),
+        ({**HOOK, "url": ""}, "Webhook URL is required"),
+        ({**HOOK, "url": "http://x/" + "a" * 2100}, "Webhook URL too long (max 2048 characters)"),
+        ({**HOOK, "events": []}, "events must be a non-empty array of strings"),
+        ({**HOOK, "events": "job.completed"}, "events must be a non-empty array of strings"),
+        ({**HOOK, "events": ["job.completed", 3]}, "events must be a non-empty array of strings"),
+        ({**HOOK, "secret": 5}, "secret must be a string"),
+        ({"cmd": "RemoveWebhook", "webhookId": 5}, "webhookId must be a string"),
+        ({"cmd": "SetWebhookEnabled", "id": "w", "enabled": "no"}, "enabled must be a boolean"),
+        ({"cmd": "SetWebhookEnabled", "id": 4, "enabled": True}, "id must be a string"),
+        ({**LOCKS, "ids": "a"}, "ids must be an array of strings"),
+        ({**LOCKS, "ids": ["a", 1]}, "ids must be an array of strings"),
+        ({**LOCKS, "tokens": ["t"]}, "tokens must be an array as long as ids"),
+        ({**LOCKS, "tokens": "t"}, "tokens must be an array as long as ids"),
+        ({**LOCKS, "durations": [1]}, "durations must be an array as long as ids"),
+        ({**LOCKS, "durations": 1}, "durations must be an array as long as ids"),
+        ({**LOCKS, "durations": [1, "x"]}, "durations[1]: duration must be a number"),
+        ({**LOCKS, "tokens": ["t", 5]}, "tokens[] must be a string"),
+        ({"cmd": "Metrics", "type": "completed"}, "Metrics queue is required"),
+        ({"cmd": "Metrics", "queue": "q", "type": "x"},
+         "Metrics type must be 'completed' or 'failed'"),
+        ({"cmd": "Metrics", "queue": "q", "type": "failed", "start": 1.5},
+         "start must be a non-negative safe integer"),
+        ({"cmd": "Metrics", "queue": "q", "type": "failed", "start": -1},
+         "start must be a non-negative safe integer"),
+        ({"cmd": "Metrics", "queue": "q", "type": "failed", "end": -2},
+         "end must be a non-negative safe integer"),
+        ({"cmd": "TrimEvents", "queue": "q"}, "maxLength must be a non-negative safe integer"),
+        ({"cmd": "TrimEvents", "queue": "q", "maxLength": -1},
+         "maxLength must be a non-negative safe integer"),
+        ({"cmd": "RateLimit", "queue": "q"}, "limit is required"),
+        ({"cmd": "ClearLogs", "id": "j", "keepLogs": "x"}, "keepLogs must be a number"),
+        ({"cmd": "ClearLogs", "id": "j", "keepLogs": float("nan")}, "keepLogs must be a number"),
+        ({"cmd": "WaitJob", "id": "j", "timeout": -1}, "timeout must be at least 0"),
+        ({"cmd": "WaitJob", "id": "j", "timeout": WRONG}, "timeout must be a number"),
+    ],
+)  # fmt: skip
+def test_a_bad_field_is_named_in_the_error(message: dict[str, Any], error: str) -> None:
+    assert error_of(message) == error
+
+
+def test_a_cron_gets_its_defaults() -> None:
+    cron = decode(CRON)
+    assert (cron.name, cron.queue, cron.schedule, cron.repeatEvery) == ("nightly", "q", None, 1000)
+    assert cron.data == b"\xc0"  # no data: null
+    assert (cron.priority, cron.maxLimit, cron.timezone, cron.uniqueKey) == (0, None, None, None)
+    assert (cron.preventOverlap, cron.skipMissedOnRestart, cron.immediately) == (True, True, False)
+
+
+def test_a_cron_keeps_what_it_was_given() -> None:
+    cron = decode({
+        **CRON, "repeatEvery": 1, "priority": 3, "maxLimit": 4, "timezone": "Europe/Rome",
+        "uniqueKey": "u", "preventOverlap": False, "skipMissedOnRestart": False,
+        "immediately": True, "data": {"k": 1}, "schedule": "* * * * *",
+    })  # fmt: skip
+    assert (cron.repeatEvery, cron.priority, cron.maxLimit) == (1, 3, 4)
+    assert (cron.timezone, cron.uniqueKey, cron.schedule) == ("Europe/Rome", "u", "* * * * *")
+    assert (cron.preventOverlap, cron.skipMissedOnRestart, cron.immediately) == (False, False, True)
+    assert msgspec.msgpack.decode(cron.data) == {"k": 1}
+
+
+def test_a_webhook_keeps_its_fields() -> None:
+    hook = decode({**HOOK, "queue": "q", "secret": "s"})
+    assert (hook.url, hook.events, hook.queue, hook.secret) == (
+        "http://example.test/h", ["job.completed"], "q", "s",
+    )  # fmt: skip
+    assert decode(HOOK).queue is None
+
+
+def test_extend_locks_reads_tokens_and_durations_in_order() -> None:
+    command = decode({**LOCKS, "tokens": ["t1", ""], "durations": [5, None]})
+    assert (command.tokens, command.durations) == (["t1", None], [5, None])
+    assert (decode(LOCKS).tokens, decode(LOCKS).durations) == ([None, None], [None, None])
+
+
+@pytest.mark.parametrize(
+    ("keep", "kept"), [(None, 0), (-3, 0), (0, 0), (2.7, 2), (float("inf"), float("inf"))]
+)
+def test_clear_logs_keeps_a_whole_number_of_lines(keep: Any, kept: float) -> None:
+    message = {"cmd": "ClearLogs", "id": "j"} | ({} if keep is None else {"keepLogs": keep})
+    assert decode(message).keepLogs == kept
+
+
+def test_metrics_without_a_queue_are_broker_wide_and_with_one_count_a_range() -> None:
+    whole = decode({"cmd": "Metrics"})
+    assert (whole.queue, whole.type) == (None, None)
+    ranged = decode({"cmd": "Metrics", "queue": "q", "type": "failed"})
+    assert (ranged.start, ranged.end) == (0, -1)
+    ranged = decode({"cmd": "Metrics", "queue": "q", "type": "completed", "start": 2, "end": 5})
+    assert (ranged.start, ranged.end) == (2, 5)
+
+
+def test_wait_job_waits_thirty_seconds_unless_told() -> None:
+    assert decode({"cmd": "WaitJob", "id": "j"}).timeout == 30_000
+    assert decode({"cmd": "WaitJob", "id": "j", "timeout": 0}).timeout == 0
+
+
+def test_limits_and_trims_read_whole_numbers() -> None:
+    assert decode({"cmd": "RateLimit", "queue": "q", "limit": 3}).limit == 3
+    assert decode({"cmd": "TrimEvents", "queue": "q", "maxLength": 0}).maxLength == 0
+    assert decode({"cmd": "SetWebhookEnabled", "id": "w", "enabled": False}).enabled is False
