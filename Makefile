@@ -61,10 +61,11 @@ bench: $(BIN)/.installed-test
 # Mutation testing (slow, not part of `make test`): mutmut mutates the modules in MUTATE (dotted
 # names; the config is [tool.mutmut] in pyproject.toml), runs the in-process tests against each
 # mutant and prints the score per module. Equivalent survivors are listed in
-# tests/mutation_equivalents.md. Results are cached in mutants/ (delete it for a fresh run).
+# tests/mutation_equivalents.md. Results are cached in mutants/ (delete it for a fresh run);
+# mutmut's progress goes to mutants.log.
 MUTATE ?= store protocol broker.engine
 mutation: $(BIN)/.installed-test
-	$(BIN)/pip install -q mutmut==3.8.1
+	$(BIN)/pip install -q -e '.[mutation]'
 	$(BIN)/mutmut run $(foreach m,$(MUTATE),"$(m).*") > mutants.log 2>&1 || (tail -20 mutants.log; false)
 	$(BIN)/python -m tests.support.mutation_score
 
