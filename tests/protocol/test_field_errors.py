@@ -145,3 +145,46 @@ def test_limits_and_trims_read_whole_numbers() -> None:
     assert decode({"cmd": "RateLimit", "queue": "q", "limit": 3}).limit == 3
     assert decode({"cmd": "TrimEvents", "queue": "q", "maxLength": 0}).maxLength == 0
     assert decode({"cmd": "SetWebhookEnabled", "id": "w", "enabled": False}).enabled is False
+
+
+GROUP = {"cmd": "GetGroupJobsCount", "queue": "q"}
+
+
+@pytest.mark.parametrize(
+    ("group", "error"),
+    [
+        (None, "groupId is required"),
+        (5, "groupId must be a string"),
+        ("", "groupId must be a non-empty string"),
+        ("g" * 257, "groupId must be at most 256 characters"),
+        ("a\0b", "groupId must not contain NUL characters"),
+    ],
+)
+def test_a_bad_group_id_is_refused(group: Any, error: str) -> None:
+    message = GROUP if group is None else {**GROUP, "groupId": group}
+    assert error_of(message) == error
+
+
+def test_a_group_id_of_256_characters_is_accepted() -> None:
+    assert decode({**GROUP, "groupId": "g" * 256}).groupId == "g" * 256
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "3", True, 2**53, None])
+def test_group_limits_are_positive_safe_integers(value: Any) -> None:
+    message = {"cmd": "SetGroupConcurrency", "queue": "q", "groupId": "g", "concurrency": value}
+    assert error_of(message) == "concurrency must be a positive safe integer"
+    limit = {"cmd": "SetGroupRateLimit", "queue": "q", "groupId": "g", "max": value, "duration": 5}
+    assert error_of(limit) == "max must be a positive safe integer"
+    assert error_of({**limit, "max": 5, "duration": value}) == (
+        "duration must be a positive safe integer"
+    )
+
+
+def test_group_limits_keep_their_numbers() -> None:
+    concurrency = {"cmd": "SetGroupConcurrency", "queue": "q", "groupId": "g", "concurrency": 1}
+    assert decode(concurrency).concurrency == 1
+    big = decode({**concurrency, "concurrency": float(2**53 - 1)}).concurrency
+    assert big == 2**53 - 1 and isinstance(big, int)
+    limit = decode({"cmd": "SetGroupRateLimit", "queue": "q", "groupId": "g", "max": 2,
+                    "duration": 3.0})  # fmt: skip
+    assert (limit.max, limit.duration) == (2, 3)
