@@ -188,3 +188,44 @@ def test_group_limits_keep_their_numbers() -> None:
     limit = decode({"cmd": "SetGroupRateLimit", "queue": "q", "groupId": "g", "max": 2,
                     "duration": 3.0})  # fmt: skip
     assert (limit.max, limit.duration) == (2, 3)
+
+
+CLEAN_ERROR = "state must be one of waiting, wait, delayed, prioritized, paused, completed, failed"
+LIST_ERROR = (
+    "state must be one of waiting, prioritized, delayed, active, completed, failed, "
+    "waiting-children, paused"
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({"cmd": "Clean", "queue": "q", "state": "active"}, CLEAN_ERROR),
+        ({"cmd": "Clean", "queue": "q", "grace": -1}, "grace must be at least 0"),
+        ({"cmd": "Clean", "queue": "q", "grace": WRONG}, "grace must be a number"),
+        ({"cmd": "Clean", "queue": "q", "limit": -1}, "limit must be at least 0"),
+        ({"cmd": "GetJobs", "queue": "q", "state": "nope"}, LIST_ERROR),
+        ({"cmd": "GetJobs", "queue": "q", "state": ["waiting", "nope"]}, LIST_ERROR),
+        ({"cmd": "GetJobs", "queue": "q", "state": 5}, LIST_ERROR),
+        ({"cmd": "GetJobs", "queue": "q", "limit": -1}, "limit must be at least 0"),
+        ({"cmd": "GetJobs", "queue": "q", "offset": WRONG}, "offset must be a number"),
+    ],
+)
+def test_a_bad_listing_or_cleaning_field_is_named(message: dict[str, Any], error: str) -> None:
+    assert error_of(message) == error
+
+
+def test_clean_and_get_jobs_fill_in_their_defaults() -> None:
+    clean = decode({"cmd": "Clean", "queue": "q"})
+    assert (clean.grace, clean.state, clean.limit) == (0, None, 1000)
+    clean = decode({"cmd": "Clean", "queue": "q", "grace": 2.9, "limit": 0, "state": "wait"})
+    assert (clean.grace, clean.state, clean.limit) == (2, "wait", 0)
+    listing = decode({"cmd": "GetJobs", "queue": "q"})
+    assert (listing.limit, listing.offset, listing.explicit) == (100, 0, False)
+    assert listing.state == [
+        "waiting", "prioritized", "delayed", "active", "completed", "failed", "waiting-children",
+    ]  # fmt: skip
+    listing = decode({"cmd": "GetJobs", "queue": "q", "state": "paused", "limit": 0, "offset": 3})
+    assert (listing.state, listing.limit, listing.offset, listing.explicit) == (
+        ["paused"], 0, 3, True,
+    )  # fmt: skip
