@@ -229,3 +229,39 @@ def test_clean_and_get_jobs_fill_in_their_defaults() -> None:
     assert (listing.state, listing.limit, listing.offset, listing.explicit) == (
         ["paused"], 0, 3, True,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cmd", "error"),
+    [
+        (True, "Unknown command: true"),
+        (3, "Unknown command: 3"),
+        (1.5, "Unknown command: 1.5"),
+        ({"a": 1}, "Unknown command: [object Object]"),
+        ("n" * 64, "Unknown command: " + "n" * 64),
+        ("n" * 65, "Unknown command: " + "n" * 64 + "..."),
+    ],
+)
+def test_an_unknown_command_is_named_as_the_reference_prints_it(cmd: Any, error: str) -> None:
+    assert error_of({"cmd": cmd, "reqId": "r"}) == error
+
+
+def test_a_command_with_a_bad_string_inside_keeps_its_req_id() -> None:
+    valid = msgspec.msgpack.encode({"cmd": "PUSH", "reqId": "r1", "queue": "q", "name": "MARK"})
+    payload = valid.replace(msgspec.msgpack.encode("MARK"), b"\xa2\xff\xfe")  # not UTF-8
+    rejected = decode_command(payload)
+    assert rejected == Rejected("r1", "Invalid command format")
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({"cmd": "UpdateParent", "parentId": "p"}, "childId is required"),
+        ({"cmd": "UpdateParent", "childId": "c", "parentId": 4}, "parentId must be a string"),
+        ({"cmd": "PUSHF", "jobs": []}, "jobs must be a non-empty array"),
+        ({"cmd": "PUSHF"}, "jobs must be a non-empty array"),
+        ({"cmd": "GetChildrenValues", "id": 4}, "id must be a string"),
+    ],
+)
+def test_a_bad_flow_field_is_named(message: dict[str, Any], error: str) -> None:
+    assert error_of(message) == error
