@@ -265,3 +265,47 @@ def test_a_command_with_a_bad_string_inside_keeps_its_req_id() -> None:
 )
 def test_a_bad_flow_field_is_named(message: dict[str, Any], error: str) -> None:
     assert error_of(message) == error
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({"cmd": "Promote"}, "id is required"),
+        ({"cmd": "Promote", "id": 3}, "id must be a string"),
+        ({"cmd": "Promote", "id": "j", "token": 3}, "token must be a string"),
+        ({"cmd": "GetLogs", "id": "j", "start": WRONG}, "start must be a number"),
+        ({"cmd": "GetLogs", "id": "j", "end": WRONG}, "end must be a number"),
+        ({"cmd": "ChangePriority", "id": "j"}, "priority is required"),
+        ({"cmd": "ChangePriority", "id": "j", "priority": WRONG}, "priority must be a number"),
+        ({"cmd": "Progress", "id": "j"}, "progress is required"),
+        ({"cmd": "Progress", "id": "j", "progress": WRONG}, "progress must be a number"),
+        ({"cmd": "Progress", "id": "j", "progress": 5, "message": 3}, "message must be a string"),
+        ({"cmd": "PromoteJobs", "queue": "q", "count": -1}, "count must be at least 0"),
+        ({"cmd": "PromoteJobs", "queue": "q", "count": WRONG}, "count must be a number"),
+        ({"cmd": "ChangeDelay", "id": "j"}, "delay is required"),
+        ({"cmd": "AddLog", "id": "j", "message": 3}, "message must be a string"),
+        ({"cmd": "AddLog", "id": "j", "message": "m", "level": "debug"},
+         "level must be one of info, warn, error"),
+    ],
+)  # fmt: skip
+def test_a_bad_job_command_field_is_named(message: dict[str, Any], error: str) -> None:
+    assert error_of(message) == error
+
+
+def test_job_commands_read_their_numbers() -> None:
+    assert decode({"cmd": "Promote", "id": "j", "token": ""}).token is None  # no lease
+    assert decode({"cmd": "Promote", "id": "j", "token": "t"}).token == "t"
+    logs = decode({"cmd": "GetLogs", "id": "j", "start": 1.9, "end": -2.5})
+    assert (logs.start, logs.end) == (1, -2)
+    all_logs = decode({"cmd": "GetLogs", "id": "j"})
+    assert (all_logs.start, all_logs.end) == (None, None)
+    assert decode({"cmd": "ChangePriority", "id": "j", "priority": "7"}).priority == 7
+    progress = [
+        decode({"cmd": "Progress", "id": "j", "progress": p}).progress for p in (-5, 50, 150)
+    ]
+    assert progress == [0, 50, 100]
+    assert decode({"cmd": "Progress", "id": "j", "progress": 1, "message": "m"}).message == "m"
+    assert decode({"cmd": "PromoteJobs", "queue": "q"}).count is None
+    assert decode({"cmd": "PromoteJobs", "queue": "q", "count": 2.8}).count == 2
+    assert decode({"cmd": "AddLog", "id": "j", "message": "m"}).level == "info"
+    assert decode({"cmd": "AddLog", "id": "j", "message": "m", "level": "warn"}).level == "warn"
