@@ -16,7 +16,7 @@ INSTALL_CHROMIUM ?= yes
 
 TS_INTEROP := tests/interop/ts
 
-.PHONY: serve test lint bench soak clean postgres-binaries chromium
+.PHONY: serve test lint bench soak mutation clean postgres-binaries chromium
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,15 +81,40 @@ chromium:
 test: $(TS_INTEROP)/node_modules/.installed postgres-binaries chromium lint
 	$(BIN)/pytest -q
 
-# More seeds of the failover test (kill -9 of the active broker at a random moment).
-SOAK_SEEDS ?= 20
-soak: $(BIN)/.installed-test postgres-binaries
-	TRIOQ_FAILOVER_SEEDS=$(SOAK_SEEDS) $(BIN)/pytest -q tests/e2e/test_failover.py
-
 bench: $(BIN)/.installed-test postgres-binaries
 	$(BIN)/python -m benchmarks --compare --modes memory,sqlite,postgres
 	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
 
+# Mutation testing (slow, not part of `make test`): mutmut mutates the modules in MUTATE (dotted
+# names; the config is [tool.mutmut] in pyproject.toml), runs the in-process tests against each
+# mutant and prints the score per module. Equivalent survivors are listed in
+# tests/mutation_equivalents.md. Results are cached in mutants/ (delete it for a fresh run);
+# mutmut's progress goes to mutants.log.
+MUTATE ?= store protocol broker.engine
+mutation: $(BIN)/.installed-test
+	$(BIN)/pip install -q -e '.[mutation]'
+	$(BIN)/mutmut run $(foreach m,$(MUTATE),"$(m).*") > mutants.log 2>&1 || (tail -20 mutants.log; false)
+	$(BIN)/python -m tests.support.mutation_score
+
+# The long fault runs (minutes): 10^6 fuzzed frames with a fresh seed, fuzzed HTTP and WebSocket
+# requests per HTTP/WebSocket property, 100 kill -9 rounds per crash test and of the mixed
+# workload (tests/e2e/test_long_faults.py), 2000 stateful engine examples, 20 seeds of the
+# PostgreSQL failover test (kill -9 of the active broker). Each variable scales one of them
+# (see README.md).
+SOAK_SEEDS ?= 20
+SOAK_FRAMES ?= 1000000
+SOAK_REQUESTS ?= 20000
+SOAK_ROUNDS ?= 100
+SOAK_EXAMPLES ?= 2000
+soak: $(BIN)/.installed-test postgres-binaries
+	TRIOQ_FUZZ_FRAMES=$(SOAK_FRAMES) TRIOQ_FUZZ_REQUESTS=$(SOAK_REQUESTS) \
+	TRIOQ_CRASH_ROUNDS=$(SOAK_ROUNDS) TRIOQ_KILL_ROUNDS=$(SOAK_ROUNDS) \
+	TRIOQ_STATEFUL_EXAMPLES=$(SOAK_EXAMPLES) TRIOQ_FAILOVER_SEEDS=$(SOAK_SEEDS) \
+	$(BIN)/pytest -q -p no:cacheprovider --timeout=0 -s \
+		tests/e2e/test_fuzz.py tests/e2e/test_http_fuzz.py tests/e2e/test_crash.py \
+		tests/e2e/test_long_faults.py tests/e2e/test_failover.py tests/model
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules test-artifacts
+	rm -rf $(VENV) mutants mutants.log .pytest_cache .mypy_cache .ruff_cache $(TS_INTEROP)/node_modules \
+		test-artifacts

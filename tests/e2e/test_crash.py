@@ -12,6 +12,7 @@ The last test does the same after a clean SIGTERM, across every kind of job stat
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ import pytest
 
 from .conftest import BrokerFactory, BrokerProcess, FrameSocket
 
-SEEDS = [11, 22, 33, 44]
+# `make soak` sets TRIOQ_CRASH_ROUNDS=100: each kill test then runs that many seeded rounds.
+ROUNDS = int(os.environ.get("TRIOQ_CRASH_ROUNDS", "0"))
+SEEDS = [11 * (n + 1) for n in range(ROUNDS)] if ROUNDS else [11, 22, 33, 44]
 WINDOW = 64  # requests in flight
 LEASE_MS = 300_000  # long enough that no lease expires during a test
 OWNER = "crash-worker"

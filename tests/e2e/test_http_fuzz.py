@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -31,12 +32,15 @@ from broker.server.routes import ROUTES
 from .conftest import BrokerFactory, BrokerProcess, FrameSocket
 from .test_http_port import free_port
 
+# The long run (`make soak`): TRIOQ_FUZZ_REQUESTS=N runs N examples per test on a fresh random
+# seed (Hypothesis prints it on failure as @seed / @reproduce_failure); CI runs 150 derandomized.
+LONG_REQUESTS = int(os.environ.get("TRIOQ_FUZZ_REQUESTS", "0"))
 FUZZ = settings(
-    max_examples=150,
+    max_examples=LONG_REQUESTS or 150,
     deadline=None,
-    derandomize=True,
+    derandomize=not LONG_REQUESTS,
     database=None,
-    print_blob=False,
+    print_blob=bool(LONG_REQUESTS),
     phases=[Phase.explicit, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

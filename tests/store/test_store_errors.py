@@ -1,0 +1,55 @@
+"""Store edge cases that mutation testing showed no test pinned down (`make mutation`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store import MemoryStore, Record, Store, StoreError, open_sqlite
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    backend = MemoryStore() if request.param == "memory" else open_sqlite(str(tmp_path / "t.db"))
+    yield backend
+    backend.close()
+
+
+def test_deleting_a_record_that_is_not_stored_changes_nothing(store: Store) -> None:
+    kept = Record("cron", "kept", b"\x80")
+    store.commit([], [], sync=False, records=[kept])
+    store.commit([], [], sync=False, record_deletes=[("cron", "never-stored")])
+    assert store.load_records() == [kept]
+
+
+def test_the_memory_store_counts_every_synced_commit() -> None:
+    memory = MemoryStore()
+    for sync in (True, False, True):
+        memory.commit([], [], sync=sync)
+    assert (memory.commits, memory.synced_commits) == (3, 2)
+
+
+def test_a_file_that_is_not_a_database_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not an SQLite file at all" * 100)
+    with pytest.raises(StoreError, match=r"junk\.db is not a trioq database or is corrupt"):
+        open_sqlite(str(path))
+
+
+def test_a_missing_directory_is_named_in_the_error(tmp_path: Path) -> None:
+    path = tmp_path / "no-such-dir" / "trioq.db"
+    with pytest.raises(StoreError, match=r"cannot open .*no-such-dir.*directory writable"):
+        open_sqlite(str(path))
+
+
+def test_a_second_store_on_one_file_says_the_file_is_in_use(tmp_path: Path) -> None:
+    path = str(tmp_path / "trioq.db")
+    first = open_sqlite(path)
+    try:
+        with pytest.raises(StoreError, match=r"trioq.db is in use by another process"):
+            open_sqlite(path)
+    finally:
+        first.close()
+

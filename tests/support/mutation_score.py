@@ -1,0 +1,87 @@
+"""Print the mutation score per module from a finished `mutmut run` (used by `make mutation`).
+
+mutmut keeps one `mutants/<source path>.meta` JSON file per mutated source file, mapping each mutant
+to the exit code of its test run. A mutant counts as killed when a test failed, timed out, crashed
+or the type check caught it; it counts as equivalent when `tests/mutation_equivalents.md` names it
+(in backquotes) with a reason. The score is (killed + equivalent) / checked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+MODULES = ("protocol", "store", "broker/engine")
+KILLED_CODES = {1, 3, 36, 37, 24, -24, 152, 255, -11, -9}
+SURVIVED_CODES = {0}
+UNCHECKED = None  # not run yet (e.g. a run limited to one module)
+EQUIVALENTS_FILE = Path("tests/mutation_equivalents.md")
+MUTANT_NAME = re.compile(r"`([\w.ǁ]+__mutmut_\d+)`")
+
+
+def equivalent_mutants(path: Path = EQUIVALENTS_FILE) -> set[str]:
+    """The mutant names listed as equivalent (each with its reason) in the equivalents file."""
+    if not path.exists():
+        return set()
+    return set(MUTANT_NAME.findall(path.read_text(encoding="utf-8")))
+
+
+def module_of(meta_path: Path, root: Path) -> str | None:
+    """Which of MODULES a `.meta` file belongs to, or None for files outside them."""
+    source = meta_path.relative_to(root).as_posix()
+    return next((m for m in MODULES if source.startswith(m + "/")), None)
+
+
+def tally(root: Path, equivalents: set[str]) -> dict[str, Counter[str]]:
+    """Per module: how many mutants were killed, equivalent, survived, untested, not checked."""
+    counts: dict[str, Counter[str]] = {m: Counter() for m in MODULES}
+    for meta_path in sorted(root.rglob("*.py.meta")):
+        module = module_of(meta_path, root)
+        if module is None:
+            continue
+        exit_codes = json.loads(meta_path.read_text(encoding="utf-8"))["exit_code_by_key"]
+        for name, code in exit_codes.items():
+            counts[module][classify(name, code, equivalents)] += 1
+    return counts
+
+
+def classify(name: str, code: int | None, equivalents: set[str]) -> str:
+    """One mutant's outcome (an equivalent survivor is reported apart from a real survivor)."""
+    if code is UNCHECKED:
+        return "not checked"
+    if code in KILLED_CODES:
+        return "killed"
+    if name in equivalents:
+        return "equivalent"
+    if code in SURVIVED_CODES:
+        return "survived"
+    return "no tests" if code in {5, 33} else "other"
+
+
+def report(counts: dict[str, Counter[str]]) -> list[str]:
+    """One line per module: the score and the counts behind it."""
+    lines = []
+    for module, count in counts.items():
+        checked = sum(n for outcome, n in count.items() if outcome != "not checked")
+        if not checked:
+            lines.append(f"{module:14} not run")
+            continue
+        score = 100.0 * (count["killed"] + count["equivalent"]) / checked
+        detail = ", ".join(f"{outcome} {n}" for outcome, n in sorted(count.items()))
+        lines.append(f"{module:14} {score:5.1f}% of {checked} mutants ({detail})")
+    return lines
+
+
+def main() -> None:
+    """Print the per-module scores of the mutmut results under ./mutants."""
+    root = Path("mutants")
+    if not root.is_dir():
+        sys.exit("no mutants/ directory: run `make mutation` first")
+    print("\n".join(report(tally(root, equivalent_mutants()))))
+
+
+if __name__ == "__main__":
+    main()
