@@ -1,15 +1,17 @@
 """Instructions per request of the engine, old build against new, counted by callgrind.
 
-    python -m benchmarks.instructions OLD_ROOT NEW_ROOT [--small 1000] [--large 3000]
+    python -m benchmarks.instructions OLD_ROOT NEW_ROOT [--small 1000] [--large 3000] [--sqlite]
 
 Each root is a source tree holding `broker/`, `protocol/` and `store/` (for example
 `git archive <commit> broker protocol store | tar -x -C /tmp/old`). For each build, under
 `valgrind --tool=callgrind`, one process runs N PUSHes, then N PULLs (no lease), then N ACKs,
 one command per batch through the actor's inline path, as an idle broker runs a connection's
-batch (no store, no socket). Runs of the two builds alternate. The count per request is the
-difference between a run of `--large` and one of `--small` requests, divided by the
-difference, so start-up cancels out; PULL is (push+pull) minus push, ACK likewise. Unlike
-wall-clock rates on a shared machine these counts repeat to within a fraction of a percent.
+batch (no socket; no store, or with `--sqlite` a SQLite file store as `make serve` runs
+by default, so each request's commit is counted too). Runs of the two builds alternate. The
+count per request is the difference between a run of `--large` and one of `--small`
+requests, divided by the difference, so start-up cancels out; PULL is (push+pull) minus
+push, ACK likewise. Unlike wall-clock rates on a shared machine these counts repeat to
+within a fraction of a percent.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 PHASES = ("push", "push,pull", "push,pull,ack")
 
 
-def workload(root: str, count: int, phases: list[str]) -> None:
+def workload(root: str, count: int, phases: list[str], sqlite_dir: str | None = None) -> None:
     """The measured run (in the child process), against the build at `root`."""
     sys.path.insert(0, root)
     import msgspec
@@ -37,6 +39,7 @@ def workload(root: str, count: int, phases: list[str]) -> None:
     from broker.engine.actor import Batch, EngineActor
     from broker.engine.core import Engine
     from protocol import decode_command
+    from store.sqlite import SqliteStore
 
     class Sink:
         """Accepts both sink APIs: stage_reply/send_staged, and the older reply/release."""
@@ -61,7 +64,8 @@ def workload(root: str, count: int, phases: list[str]) -> None:
         return decode_command(msgspec.msgpack.encode(fields))
 
     async def main() -> None:
-        actor = EngineActor(Engine(), Clock())
+        store = SqliteStore(os.path.join(sqlite_dir, "trioq.db")) if sqlite_dir else None
+        actor = EngineActor(Engine(), Clock(), store)
         sink = Sink(actor.outbox)
         async def one_at_a_time(commands: list[object]) -> None:
             # Each batch runs and the actor parks again before the next: every one runs
@@ -85,13 +89,14 @@ def workload(root: str, count: int, phases: list[str]) -> None:
     trio.run(main)
 
 
-def count_instructions(root: str, count: int, phases: str) -> int:
-    """Instructions callgrind counts for one workload run."""
+def count_instructions(root: str, count: int, phases: str, sqlite: bool = False) -> int:
+    """Instructions callgrind counts for one workload run (in a fresh scratch directory)."""
     with tempfile.TemporaryDirectory() as scratch:
         out = os.path.join(scratch, "callgrind.out")
+        store = [scratch] if sqlite else []
         run = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-             "-m", "benchmarks.instructions", "--workload", root, str(count), phases],
+             "-m", "benchmarks.instructions", "--workload", root, str(count), phases, *store],
             capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
         )  # fmt: skip
     return int(re.search(r"Collected : (\d+)", run.stderr).group(1))  # type: ignore[union-attr]
@@ -111,20 +116,21 @@ def per_request(counts: dict[tuple[str, int], int], small: int, large: int) -> d
 def main() -> int:
     """Entry point: print the table."""
     if len(sys.argv) > 1 and sys.argv[1] == "--workload":
-        workload(sys.argv[2], int(sys.argv[3]), sys.argv[4].split(","))
+        workload(sys.argv[2], int(sys.argv[3]), sys.argv[4].split(","), *sys.argv[5:6])
         return 0
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions")
     parser.add_argument("old")
     parser.add_argument("new")
     parser.add_argument("--small", type=int, default=1000)
     parser.add_argument("--large", type=int, default=3000)
+    parser.add_argument("--sqlite", action="store_true", help="commit each pass to a SQLite file")
     args = parser.parse_args()
     counts: dict[str, dict[tuple[str, int], int]] = {"old": {}, "new": {}}
     for phases in PHASES:
         for size in (args.small, args.large):
             for label in ("old", "new"):  # alternating, as the builds should be compared
                 root = args.old if label == "old" else args.new
-                counts[label][phases, size] = count_instructions(root, size, phases)
+                counts[label][phases, size] = count_instructions(root, size, phases, args.sqlite)
                 print(f"{label} {phases} {size}: {counts[label][phases, size]}", file=sys.stderr)
     old = per_request(counts["old"], args.small, args.large)
     new = per_request(counts["new"], args.small, args.large)
