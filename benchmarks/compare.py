@@ -16,6 +16,7 @@ import os
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
 from .loadgen import ROWS, LoadError, Row, RunResult, capacity, log, ms, percentile, run_row
 from .servers import (
@@ -37,13 +38,13 @@ def load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def start(kind: str, mode: str) -> RunningServer:
-    """Start trioq, the reference or the null server in ``mode``."""
+def start(kind: str, mode: str, reference_dir: Path = REFERENCE_DIR) -> RunningServer:
+    """Start trioq, the reference (scripts in ``reference_dir``) or the null server."""
     if kind == "trioq":
         return TrioqServer.start(mode)
     if kind == "null":
         return TrioqServer.start("memory", module="benchmarks.nullserver")
-    return ReferenceServer.start(mode, script_dir=REFERENCE_DIR)
+    return ReferenceServer.start(mode, script_dir=reference_dir)
 
 
 def run_rows(
@@ -52,7 +53,7 @@ def run_rows(
     """Start one server, run ``rows`` against it, stop it; failures become notes."""
     log(f"[{mode}] {kind}: starting (load {load()})")
     try:
-        server = start(kind, mode)
+        server = start(kind, mode, args.reference_dir)
     except ServerStartError as exc:
         log(f"[{mode}] {kind}: did not start: {exc}")
         return
@@ -183,7 +184,9 @@ def run_compare(args: argparse.Namespace) -> int:
     floor_rows = [r for r in ROWS if r.key in FLOOR_ROWS]
     results: dict[tuple[str, str], Results] = defaultdict(lambda: defaultdict(list))
     null: Results = defaultdict(list)
-    have_reference = reference_available(REFERENCE_DIR)
+    have_reference = reference_available(args.reference_dir)
+    if not have_reference:
+        log(f"reference: not available ({args.reference_dir}/start.sh is missing)")
     before = load()
     for rep in range(args.repeat):
         run_rows("null", "memory", floor_rows, args, null)

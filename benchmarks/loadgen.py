@@ -36,11 +36,13 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from .client import decode_ext
+from .servers import REFERENCE_DIR
 
 HEADER = struct.Struct(">I")
 ID_WIDTH = 8
@@ -660,6 +662,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compare", action="store_true", help="start the servers (compare.py)")
     parser.add_argument("--modes", default="memory,sqlite")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--reference-dir",
+        type=Path,
+        default=REFERENCE_DIR,
+        help="where the reference's start.sh and stop.sh are (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
