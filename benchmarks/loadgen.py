@@ -447,9 +447,10 @@ def _loop(
     mixed = plan.scenario == "mixed"
     # A paced producer must wake often to send on time; long-polls wake the others anyway.
     wait = 0.001 if plan.rate else 0.05
+    reported = 0
     while True:
         if mixed:
-            _share_progress(conns, acked, plan.jobs)
+            reported = _share_progress(conns, acked, plan.jobs, reported)
             now = time.monotonic()
             for sock, driver, _ in conns:
                 out: list[bytes] = []
@@ -471,19 +472,19 @@ def _loop(
 
 
 def _share_progress(
-    conns: list[tuple[socket.socket, Driver, bytearray]], acked: Any, total: int
-) -> None:
-    """Producers+workers: add this process's new acknowledgements to the shared count; stop the
-    workers once every pushed job is acknowledged."""
+    conns: list[tuple[socket.socket, Driver, bytearray]], acked: Any, total: int, reported: int
+) -> int:
+    """Producers+workers: add this process's acknowledgements since ``reported`` to the shared
+    count and stop the workers once every pushed job is acknowledged; return the new total."""
     mine = sum(d.finished_jobs for _, d, _ in conns if isinstance(d, WorkerDriver))
     with acked.get_lock():
-        acked.value += mine - getattr(_share_progress, "reported", 0)
+        acked.value += mine - reported
         everyone = acked.value
-    _share_progress.reported = mine  # type: ignore[attr-defined]
     if everyone >= total:
         for _, driver, _ in conns:
             if isinstance(driver, WorkerDriver):
                 driver.stop()
+    return mine
 
 
 def _child(plan: Plan, indexes: list[int], acked: Any, gate: Any, results: Any) -> None:

@@ -3,6 +3,7 @@ its drivers keep a window full and account for jobs (no sockets, no timing)."""
 
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any
 
 import msgspec
@@ -18,6 +19,7 @@ from benchmarks.loadgen import (
     PushDriver,
     Reply,
     WorkerDriver,
+    _share_progress,
     encode_frame,
     percentile,
     split_frames,
@@ -123,3 +125,15 @@ def test_a_short_pullb_leaves_the_rest_of_the_quota_to_the_next_one() -> None:
     (next_pullb,) = reply_to(driver, ackb)
     assert body(next_pullb)["count"] == 3  # type: ignore[index]
     assert driver.finished_jobs == 2 and driver.pending["00000003"][0] == PULLB
+
+
+def test_workers_stop_once_every_pushed_job_is_acknowledged_across_processes() -> None:
+    acked = multiprocessing.get_context("spawn").Value("q", 3)  # another process acked 3
+    worker = WorkerDriver("q", quota=None, chains=1)
+    conns: list[Any] = [(None, PushDriver("q", quota=5, window=1), None), (None, worker, None)]
+    worker.finished_jobs = 1
+    reported = _share_progress(conns, acked, total=5, reported=0)
+    assert (reported, acked.value, worker.done) == (1, 4, False)
+    worker.finished_jobs = 2
+    assert _share_progress(conns, acked, total=5, reported=reported) == 2
+    assert acked.value == 5 and worker.done
