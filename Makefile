@@ -87,7 +87,7 @@ test: $(TS_INTEROP)/node_modules/.installed postgres-binaries chromium lint
 BENCH_ARGS ?=
 bench: $(BIN)/.installed-test postgres-binaries
 	$(BIN)/python -m benchmarks.loadgen --compare --modes memory,sqlite,postgres $(BENCH_ARGS)
-	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite
+	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite --spread-ms 1000
 	$(BIN)/python -m benchmarks.memory --only waiting --jobs 1000000
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
 
