@@ -12,6 +12,9 @@ Two ways to run:
       python -m benchmarks --compare [--jobs 20000] [--modes memory[,sqlite]] [--repeat N]
 
 Progress goes to stderr; the result tables go to stdout. See ``benchmarks/README.md``.
+
+These rows use one connection each; concurrent load (many connections, latency percentiles,
+push-to-start) is ``python -m benchmarks.loadgen``, which is what ``make bench`` runs.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Memory and stall measurements of issue 11 (slow: minutes, not part of the test suite).
 
     python -m benchmarks.memory [--jobs 1000000] [--cycle-jobs 200000] [--cycles 5]
-                                [--only drain-cycles,removals,startup]
+                                [--only drain-cycles,removals,startup,waiting]
 
 * ``drain-cycles`` (memory mode): `cycles` times PUSHB `cycle-jobs` jobs (a quarter of them
   delayed by an hour) and Drain; prints the broker's RSS after each cycle, then how long one PULL
@@ -12,6 +12,8 @@
 * ``startup`` (sqlite mode): a broker restarted on `jobs` stored jobs: when its HTTP port
   accepts, when `/ready` answers 200, when its TCP port accepts, and its peak RSS meanwhile,
   against the RSS of the same broker after the jobs were pushed live.
+* ``waiting`` (memory and sqlite modes; not run by default): the RSS per million waiting jobs
+  (`jobs` jobs of about 90 bytes of data), and the RSS after all of them were pulled and acked.
 
 The broker runs as ``<python> -m broker serve`` from the project root (this checkout's code).
 """
@@ -156,6 +158,46 @@ def drain_cycles(cycles: int, jobs: int) -> None:
         broker.stop()
 
 
+def waiting(jobs: int) -> None:
+    """RSS per million waiting jobs (about 90 bytes of data each) in memory and SQLite modes,
+    and the RSS once every job was pulled and acknowledged."""
+    for mode in ("memory", "sqlite"):
+        data_dir = Path(tempfile.mkdtemp(prefix="trioq-waiting-")) if mode == "sqlite" else None
+        broker = Broker(data_dir)
+        broker.start()
+        try:
+            with broker.client() as client:
+                client.call({"cmd": "Ping"})
+                empty = broker.rss()
+                push(client, "waiting", jobs)
+                full = broker.rss()
+                per_million = (full - empty) * 1_000_000 / jobs
+                consume(client, "waiting", jobs)
+                client.call({"cmd": "Ping"})
+                time.sleep(1.0)
+                print(
+                    f"waiting ({mode}): {jobs:,} jobs; RSS empty {mib(empty)}, with the jobs"
+                    f" {mib(full)} ({mib(int(per_million))} per million), after all were"
+                    f" acknowledged {mib(broker.rss())}"
+                )
+        finally:
+            broker.stop()
+            if data_dir is not None:
+                shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def consume(client: Client, queue: str, jobs: int) -> None:
+    """PULLB and ACKB `jobs` jobs, BATCH at a time."""
+    left = jobs
+    while left:
+        reply = client.call({"cmd": "PULLB", "queue": queue, "count": min(BATCH, left)})
+        ids = [job.id for job in reply.jobs or ()]
+        if not ids:
+            raise RuntimeError(f"PULLB found no job with {left} left")
+        client.call({"cmd": "ACKB", "ids": ids})
+        left -= len(ids)
+
+
 def removals(jobs: int, data_dir: Path) -> None:
     """SQLite: Drain and Obliterate of `jobs` jobs against a Ping, and an unbounded GetJobs."""
     broker = Broker(data_dir)
@@ -256,6 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = args.only.split(",")
     if "drain-cycles" in chosen:
         drain_cycles(args.cycles, args.cycle_jobs)
+    if "waiting" in chosen:
+        waiting(args.jobs)
     for name, measure in (("removals", removals), ("startup", startup)):
         if name in chosen:
             data_dir = Path(tempfile.mkdtemp(prefix="trioq-memory-"))
