@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from pathlib import Path
 
 import httpx
 from msgspec.msgpack import Ext
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import BrokerFactory, FrameSocket
+from tests.e2e.conftest import BrokerFactory, FrameSocket, poll_until
 
 
 def free_port() -> int:
@@ -25,19 +24,10 @@ def test_metrics_scraped_over_http_parse(broker_factory: BrokerFactory) -> None:
     port = free_port()
     broker = broker_factory("--http-port", str(port))
     base = f"http://127.0.0.1:{port}"
-    with httpx.Client(timeout=5) as http:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if http.get(f"{base}/ready").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the HTTP port never became ready"
-            time.sleep(0.05)
-        with FrameSocket(broker.address) as client:
-            assert client.call("PUSH", queue="scraped", name="n", data=1)["ok"] is True
-        response = http.get(f"{base}/metrics")
+    wait_ready(port)
+    with FrameSocket(broker.address) as client:
+        assert client.call("PUSH", queue="scraped", name="n", data=1)["ok"] is True
+    response = httpx.get(f"{base}/metrics", timeout=5)
     assert response.status_code == 200
     families = {f.name: f for f in text_string_to_metric_families(response.text)}
     depth = {
@@ -56,16 +46,19 @@ def raw_http(port: int, request: bytes) -> bytes:
         return received
 
 
+def ready_status(port: int) -> bytes:
+    """The status line of `GET /ready`, or b"" while the port does not answer."""
+    try:
+        answer = raw_http(port, b"GET /ready HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+    except OSError:
+        return b""
+    return answer.partition(b"\r\n")[0]
+
+
 def wait_ready(port: int) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            if raw_http(port, b"GET /ready HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"):
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "the HTTP port never became ready"
-        time.sleep(0.05)
+    """Until the broker's HTTP port answers `/ready` with 200 (a real process: real time)."""
+    status = poll_until(lambda: ready_status(port), lambda line: line.startswith(b"HTTP/1.1 200"))
+    assert status.startswith(b"HTTP/1.1 200"), "the HTTP port never became ready"
 
 
 def test_head_requests_leave_the_broker_running(broker_factory: BrokerFactory) -> None:
