@@ -111,6 +111,9 @@ class EngineActor:
         self._failure: StoreError | None = None
         # The task that re-allows inline passes (started by `run`), while parked waiting.
         self._reopener: Any = None
+        # A store that opts in (`commit_in_thread`, PostgreSQL: a commit is a network round
+        # trip) is committed on a worker thread while the loop goes on (_commit_in_thread).
+        self._threaded = bool(getattr(store, "commit_in_thread", False))
 
     async def restore(self) -> None:
         """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
@@ -201,7 +204,10 @@ class EngineActor:
                         break
                 self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
                 self._execute(items)
-                self._commit()
+                if self._threaded:
+                    await self._commit_in_thread()
+                else:
+                    self._commit()
                 await self._store_withheld()
                 self._send_replies()
                 if self._queued_batches:
@@ -233,6 +239,8 @@ class EngineActor:
         """
         armed = self._armed_deadline
         busy = self._queued_batches or self._inline_spent or self._unstored or self._failure
+        # An inline pass cannot wait for a threaded commit: it goes through the inbox.
+        busy = busy or self._threaded
         if armed is None or busy:
             return False
         self._inline_spent = True
@@ -336,16 +344,44 @@ class EngineActor:
             self._unstored = writes
             self._outage(exc)
 
+    async def _commit_in_thread(self) -> None:
+        """Store the pass's changes as `_commit` does, but on a worker thread: the loop keeps
+        reading and decoding the connections' next commands while the commit is in flight.
+
+        At most one commit is in flight: the actor awaits it before it sends the pass's
+        replies and before it takes the next pass (which runs on everything that arrived
+        meanwhile). Nothing else changes: LeaseLost and StoreError end the actor (the thread's
+        exception is raised here), StoreUnavailable keeps the writes for `_store_withheld`.
+        Inline passes are off for such a store (a connection's task cannot wait for a thread),
+        so every batch goes through the inbox.
+        """
+        writes = self._take_writes()
+        if writes is None:
+            return
+        try:
+            await trio.to_thread.run_sync(self._write, writes)
+        except StoreUnavailable as exc:
+            self._unstored = writes
+            self._outage(exc)
+
+    def _write(self, writes: tuple[Any, ...]) -> None:
+        """`Store.commit` of `_take_writes`'s tuple (the body of a threaded commit)."""
+        assert self.store is not None
+        rows, deleted, sync, records, record_deletes = writes
+        self.store.commit(rows, deleted, sync=sync, records=records,
+                          record_deletes=record_deletes)  # fmt: skip
+
     async def _store_withheld(self) -> None:
         """Retry the withheld writes every COMMIT_RETRY_S until the store takes them. A lost
         lease (LeaseLost) ends the actor, the replies unsent."""
         store = self.store
         while self._unstored is not None and store is not None:
             await trio.sleep(COMMIT_RETRY_S)
-            rows, deleted, sync, records, record_deletes = self._unstored
             try:
-                store.commit(rows, deleted, sync=sync, records=records,
-                             record_deletes=record_deletes)  # fmt: skip
+                if self._threaded:  # a reconnect may wait: not on the loop
+                    await trio.to_thread.run_sync(self._write, self._unstored)
+                else:
+                    self._write(self._unstored)
             except StoreUnavailable as exc:
                 self._outage(exc)
                 continue
