@@ -1,11 +1,14 @@
 """``python -m benchmarks.loadgen --compare``: trioq beside the reference, runs interleaved.
 
-For each repetition and each mode, trioq and the reference are started in turn (their order
-alternates from one repetition to the next), every row of :data:`loadgen.ROWS` runs against each,
-and the server is stopped. A do-nothing Trio server (:mod:`benchmarks.nullserver`) runs once per
-repetition: its sequential round trip is the floor for a Trio broker, and its PUSH rates show
-what the generator can drive. The report gives medians with the spread (lowest-highest) of the
-runs and the machine's load average before and after, since the machine may be shared.
+For each repetition and each mode, trioq, the reference and (with ``--baseline DIR``) an older
+trioq checkout are started in turn (their order rotates from one repetition to the next), every
+row of :data:`loadgen.ROWS` runs against each, and the server is stopped. In postgres mode every
+server gets a fresh, empty database on one private PostgreSQL server (:class:`SharedPostgres`),
+so all of them use the same PostgreSQL with the same settings. A do-nothing Trio server
+(:mod:`benchmarks.nullserver`) runs once per repetition: its sequential round trip is the floor
+for a Trio broker, and its PUSH rates show what the generator can drive. The report gives
+medians with the spread (lowest-highest) of the runs and the machine's load average before and
+after, since the machine may be shared.
 """
 
 from __future__ import annotations
@@ -16,21 +19,22 @@ import os
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 
 from .loadgen import ROWS, LoadError, Row, RunResult, capacity, log, ms, percentile, run_row
 from .servers import (
-    REFERENCE_DIR,
     REFERENCE_MODES,
     ReferenceServer,
     RunningServer,
     ServerStartError,
+    SharedPostgres,
     TrioqServer,
     reference_available,
 )
 
 Results = dict[str, list[RunResult]]
 FLOOR_ROWS = ("push", "wide", "seq")
+LABELS = {"trioq": "trioq", "before": "trioq before", "reference": "reference"}
+"""Column titles of the servers that run in each mode."""
 
 
 def load() -> str:
@@ -38,33 +42,56 @@ def load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def start(kind: str, mode: str, reference_dir: Path = REFERENCE_DIR) -> RunningServer:
-    """Start trioq, the reference (scripts in ``reference_dir``) or the null server."""
+def start(
+    kind: str, mode: str, args: argparse.Namespace, postgres: SharedPostgres | None = None
+) -> RunningServer:
+    """Start trioq, the older trioq at ``args.baseline`` ("before"), the reference (scripts in
+    ``args.reference_dir``) or the null server; in postgres mode on a fresh database of
+    ``postgres``."""
+    url = postgres.fresh_url() if mode == "postgres" and postgres is not None else ""
     if kind == "trioq":
-        return TrioqServer.start(mode)
+        return TrioqServer.start(mode, postgres_url=url)
+    if kind == "before":
+        return TrioqServer.start(mode, postgres_url=url, root=args.baseline)
     if kind == "null":
         return TrioqServer.start("memory", module="benchmarks.nullserver")
-    return ReferenceServer.start(mode, script_dir=reference_dir)
+    return ReferenceServer.start(mode, script_dir=args.reference_dir, postgres_url=url)
+
+
+def jobs_for(kind: str, mode: str, args: argparse.Namespace) -> int:
+    """Jobs per concurrent row: fewer for the reference in postgres mode, which runs at a few
+    hundred jobs/s (the rate is jobs per second whatever the count)."""
+    if kind == "reference" and mode == "postgres":
+        return int(args.reference_pg_jobs)
+    return int(args.jobs)
 
 
 def run_rows(
-    kind: str, mode: str, rows: Sequence[Row], args: argparse.Namespace, into: Results
+    kind: str,
+    mode: str,
+    rows: Sequence[Row],
+    args: argparse.Namespace,
+    into: Results,
+    postgres: SharedPostgres | None = None,
+    notes: list[str] | None = None,
 ) -> None:
-    """Start one server, run ``rows`` against it, stop it; failures become notes."""
+    """Start one server, run ``rows`` against it, stop it; failures are logged and noted."""
     log(f"[{mode}] {kind}: starting (load {load()})")
+    notes = notes if notes is not None else []
     try:
-        server = start(kind, mode, args.reference_dir)
+        server = start(kind, mode, args, postgres)
     except ServerStartError as exc:
         log(f"[{mode}] {kind}: did not start: {exc}")
+        notes.append(f"{LABELS.get(kind, kind)}: did not start: {str(exc).splitlines()[0]}")
         return
+    jobs = jobs_for(kind, mode, args)
     try:
         for row in rows:
             try:
-                result = run_row(
-                    row, server.host, server.port, args.jobs, args.processes, args.rate
-                )
+                result = run_row(row, server.host, server.port, jobs, args.processes, args.rate)
             except (OSError, LoadError) as exc:
                 log(f"[{mode}] {kind}: {row.title}: failed: {exc}")
+                notes.append(f"{LABELS.get(kind, kind)}, {row.title}: failed: {exc}")
                 continue
             into[row.key].append(result)
             log(f"[{mode}] {kind}: {row.title:<38} {result.rate:>10,.0f} jobs/s")
@@ -112,52 +139,49 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def mode_table(mode: str, trioq: Results, reference: Results | None, null: Results) -> str:
-    """The side-by-side table of one mode."""
+def mode_table(servers: dict[str, Results], null: Results, sqlite: Results | None = None) -> str:
+    """The side-by-side table of one mode: a column per server that ran (``servers`` maps
+    kind to results, trioq first), trioq's ratio to each other one, and in postgres mode
+    (``sqlite`` given) trioq's ratio to its own SQLite mode."""
+    trioq = servers["trioq"]
+    others = [kind for kind in servers if kind != "trioq"]
     rows = []
     for row in ROWS:
-        if row.key == "wide":
+        if row.key == "wide" or row.paced:
             continue
-        if row.paced:
-            continue
-        mine, theirs = trioq[row.key], reference[row.key] if reference else []
-        rows.append(
-            [
-                row.title,
-                rate_cell(mine),
-                rate_cell(theirs) if reference else "—",
-                ratio(median_rate(mine), median_rate(theirs)) if reference else "",
-            ]
-        )
+        mine = median_rate(trioq[row.key])
+        cells = [row.title, *(rate_cell(results[row.key]) for results in servers.values())]
+        cells += [ratio(mine, median_rate(servers[kind][row.key])) for kind in others]
+        if sqlite is not None:
+            cells.append(ratio(mine, median_rate(sqlite[row.key])))
+        rows.append(cells)
+    blank = [""] * (len(others) + (sqlite is not None))
     for fraction, name in ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9")):
         rows.append(
             [
                 f"{name} PUSH latency at 16 x 8 (ms)",
-                latency_cell(trioq["push"], fraction),
-                latency_cell(reference["push"], fraction) if reference else "—",
-                "",
+                *(latency_cell(results["push"], fraction) for results in servers.values()),
+                *blank,
             ]
         )
     for fraction, name in ((0.5, "p50"), (0.99, "p99")):
         rows.append(
             [
                 f"{name} push-to-start at fixed rate (ms)",
-                latency_cell(trioq["paced"], fraction, True),
-                latency_cell(reference["paced"], fraction, True) if reference else "—",
-                "",
+                *(latency_cell(results["paced"], fraction, True) for results in servers.values()),
+                *blank,
             ]
         )
     seq = median_rate(trioq["seq"])
     floor = median_rate(null["seq"])
-    rows.append(
-        [
-            "sequential round trip / null Trio server's",
-            ratio(floor, seq),  # round trip is the inverse of the rate
-            "",
-            "",
-        ]
-    )
-    return table(["scenario (jobs/s, median (low-high))", "trioq", "reference", "ratio"], rows)
+    # The round trip is the inverse of the rate.
+    rows.append(["sequential round trip / null Trio server's", ratio(floor, seq), *[""] * (
+        len(servers) - 1), *blank])  # fmt: skip
+    headers = ["scenario (jobs/s, median (low-high))", *(LABELS[kind] for kind in servers)]
+    headers += [f"trioq/{'before' if kind == 'before' else 'ref'}" for kind in others]
+    if sqlite is not None:
+        headers.append("trioq/sqlite")
+    return table(headers, rows)
 
 
 def floor_table(null: Results) -> str:
@@ -178,37 +202,58 @@ def floor_table(null: Results) -> str:
     return table(headers, rows)
 
 
+def kinds_for(mode: str, rep: int, args: argparse.Namespace, have_reference: bool) -> list[str]:
+    """The servers of ``mode`` in repetition ``rep``, their order rotated each repetition."""
+    kinds = ["trioq"]
+    if args.baseline is not None:
+        kinds.append("before")
+    if have_reference and mode in REFERENCE_MODES:
+        kinds.append("reference")
+    shift = rep % len(kinds)
+    return kinds[shift:] + kinds[:shift]
+
+
 def run_compare(args: argparse.Namespace) -> int:
     """Interleave the servers ``args.repeat`` times; print one table per mode and the floor."""
     rows = [r for r in ROWS if r.key in args.rows and r.key != "wide"]
     floor_rows = [r for r in ROWS if r.key in FLOOR_ROWS]
     results: dict[tuple[str, str], Results] = defaultdict(lambda: defaultdict(list))
+    notes: dict[str, list[str]] = defaultdict(list)
     null: Results = defaultdict(list)
     have_reference = reference_available(args.reference_dir)
     if not have_reference:
         log(f"reference: not available ({args.reference_dir}/start.sh is missing)")
+    postgres = SharedPostgres()
     before = load()
-    for rep in range(args.repeat):
-        run_rows("null", "memory", floor_rows, args, null)
-        for mode in args.modes:
-            kinds = ["trioq"]
-            if have_reference and mode in REFERENCE_MODES:
-                kinds.append("reference")
-            if rep % 2:
-                kinds.reverse()
-            for kind in kinds:
-                run_rows(kind, mode, rows, args, results[(kind, mode)])
+    try:
+        for rep in range(args.repeat):
+            run_rows("null", "memory", floor_rows, args, null)
+            for mode in args.modes:
+                for kind in kinds_for(mode, rep, args, have_reference):
+                    into = results[(kind, mode)]
+                    run_rows(kind, mode, rows, args, into, postgres, notes[mode])
+    finally:
+        postgres.close()
     after = load()
     print(
         f"{args.repeat} interleaved runs per server, {args.jobs:,} jobs per concurrent row"
-        f" (sequential: a quarter), paced row at {args.rate:,.0f} jobs/s offered for 4 s;"
+        f" (sequential: a quarter; the reference in postgres mode: {args.reference_pg_jobs:,}),"
+        f" paced row at {args.rate:,.0f} jobs/s offered for 4 s;"
         f" generator: {args.processes} processes; load average before {before}, after {after}"
     )
+    if args.baseline is not None:
+        print(f"trioq before: the checkout at {args.baseline}")
     print()
     for mode in args.modes:
-        reference = results[("reference", mode)] if mode in REFERENCE_MODES else None
-        print(f"mode {mode}")
-        print(mode_table(mode, results[("trioq", mode)], reference, null))
+        kinds = kinds_for(mode, 0, args, have_reference)
+        servers = {kind: results[(kind, mode)] for kind in kinds}
+        sqlite = results[("trioq", "sqlite")] if mode == "postgres" else None
+        print(
+            f"mode {mode}" + (" (one private PostgreSQL, fsync on)" if mode == "postgres" else "")
+        )
+        print(mode_table(servers, null, sqlite if sqlite else None))
+        for note in dict.fromkeys(notes[mode]):  # each once, in order
+            print(f"  note: {note}")
         print()
     print(floor_table(null))
     return 0

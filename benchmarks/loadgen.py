@@ -2,6 +2,7 @@
 
     python -m benchmarks.loadgen --port 6789 [--scenario push] [--connections 16] [--window 8]
     python -m benchmarks.loadgen --compare [--modes memory,sqlite,postgres] [--repeat 3]
+                                 [--baseline DIR]
 
 Why Python in several processes (and not bun): measured on this machine, one process of this
 generator drives a do-nothing server at several times trioq's best rate, and the connections are
@@ -669,7 +670,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=REFERENCE_DIR,
         help="where the reference's start.sh and stop.sh are (default %(default)s)",
     )
+    parser.add_argument(
+        "--reference-pg-jobs",
+        type=int,
+        default=1_000,
+        help="jobs per concurrent row for the reference in postgres mode (default %(default)s:"
+        " it runs at a few hundred jobs/s)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also run the trioq checkout in DIR (e.g. a git worktree of an older commit) as"
+        " the column 'trioq before', alternating with the others",
+    )
     args = parser.parse_args(argv)
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+    if args.baseline is not None and not (args.baseline / "broker").is_dir():
+        parser.error(f"--baseline {args.baseline}: not a trioq checkout (no broker/ in it)")
     args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not args.compare and args.port is None:

@@ -5,8 +5,10 @@
   (``start.sh`` / ``stop.sh``), resolved from this package's location.
 * :class:`RssSampler` polls a process tree's resident set size from a background thread.
 
-Both servers support the storage modes ``memory`` and ``sqlite``; trioq also runs in
-``postgres`` mode, on a private PostgreSQL server started for it (as the tests start theirs).
+Both servers run in the storage modes ``memory``, ``sqlite`` and ``postgres``. In postgres mode
+trioq starts a private PostgreSQL server of its own (as the tests start theirs), unless it is
+given a database URL: :class:`SharedPostgres` is one private server on which every server of a
+comparison gets a fresh, empty database, so trioq and the reference use the same PostgreSQL.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "RssSampler",
     "RunningServer",
     "ServerStartError",
+    "SharedPostgres",
     "TrioqServer",
     "find_listening_pid",
     "free_port",
@@ -50,10 +53,13 @@ REFERENCE_DIR = REPO_ROOT.parent / "shared" / "reference" / "bunqueue"
 """Where ``start.sh`` and ``stop.sh`` of the reference server live."""
 
 MODES = ("memory", "sqlite", "postgres")
-"""Storage modes trioq can be started in (the reference has no ``postgres``)."""
+"""Storage modes trioq can be started in."""
 
-REFERENCE_MODES = ("memory", "sqlite")
-"""Storage modes the reference server can be started in."""
+REFERENCE_MODES = ("memory", "sqlite", "postgres")
+"""Storage modes the reference server can be started in (postgres: given a database URL)."""
+
+REFERENCE_CACHE = Path(os.environ.get("PEER_DIR") or Path.home() / ".cache" / "bunqueue-reference")
+"""Where ``start.sh`` installs bun and bunqueue (its ``$PEER_DIR``)."""
 
 START_TIMEOUT = 20.0
 """Seconds a freshly started trioq broker gets to accept connections."""
@@ -253,24 +259,33 @@ class TrioqServer:
         *,
         timeout: float = START_TIMEOUT,
         module: str = "broker",
+        postgres_url: str = "",
+        root: Path = REPO_ROOT,
     ) -> TrioqServer:
         """Start the broker on a free port and wait until it is ready.
 
         Ready means it printed a line containing ``listening`` or its port accepts a
         connection, whichever comes first, within ``timeout`` seconds. Raises
         :class:`ServerStartError` (with the tail of its output) if it exits or times out.
+        In postgres mode it uses ``postgres_url``, else a private PostgreSQL server of its own.
+        ``root`` is the checkout whose code runs (its working directory and ``PYTHONPATH``):
+        another one than this project's runs an older trioq beside this one (``--baseline``).
         """
         _check_mode(mode)
         port = free_port(host)
         data_dir = Path(tempfile.mkdtemp(prefix="trioq-bench-")) if mode == "sqlite" else None
-        database = _start_postgres() if mode == "postgres" else None
-        url = database.url if database is not None else ""
-        cmd = cls.command(mode, host, port, data_dir, module, url)
+        database = None
+        if mode == "postgres" and not postgres_url:
+            database = _start_postgres()
+            postgres_url = database.url
+        cmd = cls.command(mode, host, port, data_dir, module, postgres_url)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if root != REPO_ROOT:
+            env["PYTHONPATH"] = str(root)
         try:
             process = subprocess.Popen(
                 cmd,
-                cwd=REPO_ROOT,
+                cwd=root,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -348,6 +363,38 @@ def _start_postgres() -> Any:
         raise ServerStartError(f"no PostgreSQL server for postgres mode: {exc}") from exc
 
 
+class SharedPostgres:
+    """One private PostgreSQL server (fsync on) for a whole comparison, started on first use.
+
+    Each server under test gets a fresh, empty database of its own on it (:meth:`fresh_url`),
+    so trioq, an older trioq and the reference all write to the same PostgreSQL with the same
+    settings, and none reads what another left. :meth:`close` stops and deletes it.
+    """
+
+    def __init__(self) -> None:
+        """Nothing is started until :meth:`fresh_url`."""
+        self._server: Any = None
+        self._count = 0
+
+    def fresh_url(self) -> str:
+        """The URL of a new empty database (the server is started on the first call)."""
+        import psycopg
+
+        if self._server is None:
+            self._server = _start_postgres()
+        self._count += 1
+        name = f"bench{self._count}"
+        with psycopg.connect(self._server.url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return self._server.url.rsplit("/", 1)[0] + "/" + name
+
+    def close(self) -> None:
+        """Stop the server and delete its files."""
+        if self._server is not None:
+            self._server.destroy()
+            self._server = None
+
+
 def _drain(stream: IO[str], output: deque[str], ready: threading.Event) -> None:
     """Read the broker's output until EOF, keeping the tail and flagging the ``listening`` line.
 
@@ -365,13 +412,25 @@ def _remove(path: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _pid_file_value() -> int | None:
+def _pid_file_value(peer_dir: Path = REFERENCE_CACHE) -> int | None:
     """The pid ``start.sh`` wrote to ``$PEER_DIR/server.pid``, if readable."""
-    peer_dir = os.environ.get("PEER_DIR") or str(Path.home() / ".cache" / "bunqueue-reference")
     try:
-        return int((Path(peer_dir) / "server.pid").read_text().strip())
+        return int((peer_dir / "server.pid").read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def _own_peer_dir() -> Path:
+    """A ``$PEER_DIR`` for one reference server: ``start.sh`` allows one server per directory,
+    so a private one sharing the installed ``node_modules`` lets this harness start its server
+    while another user's runs. Without an installation yet, the shared directory itself (the
+    first ``start.sh`` installs there)."""
+    installed = REFERENCE_CACHE / "node_modules"
+    if not (installed / ".bin" / "bun").exists():
+        return REFERENCE_CACHE
+    peer_dir = Path(tempfile.mkdtemp(prefix="bunqueue-peer-"))
+    (peer_dir / "node_modules").symlink_to(installed)
+    return peer_dir
 
 
 def reference_available(script_dir: Path = REFERENCE_DIR) -> bool:
@@ -383,19 +442,24 @@ class ReferenceServer:
     """The real bunqueue server, started with ``start.sh <mode> <tcp> <http>``.
 
     ``start.sh`` keeps one server per ``$PEER_DIR`` and refuses to start a second one; this class
-    only calls ``stop.sh`` for a server it started itself. In sqlite mode ``start.sh`` puts the
-    database in a fresh ``mktemp -d`` directory of its own.
+    only calls ``stop.sh`` for a server it started itself, each in a ``$PEER_DIR`` of its own
+    (see :func:`_own_peer_dir`). In sqlite mode ``start.sh`` puts the database in a fresh
+    ``mktemp -d`` directory of its own; in postgres mode it is given the database's URL
+    (``$BUNQUEUE_POSTGRES_URL``).
     """
 
     name = "reference"
 
-    def __init__(self, host: str, port: int, http_port: int, script_dir: Path) -> None:
+    def __init__(
+        self, host: str, port: int, http_port: int, script_dir: Path, peer_dir: Path
+    ) -> None:
         """Describe a running reference server; use :meth:`start` to create one."""
         self.host = host
         self.port = port
         self.http_port = http_port
         self.script_dir = script_dir
-        self._pid = find_listening_pid(port) or _pid_file_value()
+        self.peer_dir = peer_dir
+        self._pid = find_listening_pid(port) or _pid_file_value(peer_dir)
 
     @property
     def pid(self) -> int | None:
@@ -409,11 +473,19 @@ class ReferenceServer:
         *,
         script_dir: Path = REFERENCE_DIR,
         timeout: float = REFERENCE_START_TIMEOUT,
+        postgres_url: str = "",
     ) -> ReferenceServer:
-        """Start the reference on free loopback ports; raise :class:`ServerStartError` if not."""
+        """Start the reference on free loopback ports; raise :class:`ServerStartError` if not.
+
+        In postgres mode it uses ``postgres_url`` (start.sh's default, the machine's server at
+        127.0.0.1:5432, when empty)."""
         _check_mode(mode)
         if not reference_available(script_dir):
             raise ServerStartError(f"the reference server is not available ({script_dir})")
+        peer_dir = _own_peer_dir()
+        env = {**os.environ, "PEER_DIR": str(peer_dir)}
+        if postgres_url:
+            env["BUNQUEUE_POSTGRES_URL"] = postgres_url
         port = free_port()
         http_port = free_port()
         while http_port == port:
@@ -428,10 +500,13 @@ class ReferenceServer:
                 errors="replace",
                 timeout=timeout,
                 check=False,
+                env=env,
             )
         except subprocess.TimeoutExpired as exc:
+            _drop_peer_dir(peer_dir)
             raise ServerStartError(f"{' '.join(cmd)} did not finish within {timeout:g} s") from exc
         if done.returncode != 0:
+            _drop_peer_dir(peer_dir)
             message = (done.stderr.strip() or done.stdout.strip() or "(no output)").splitlines()
             hint = ""
             if any(line.startswith("already running") for line in message):
@@ -443,17 +518,26 @@ class ReferenceServer:
             raise ServerStartError(
                 f"the reference server did not start (exit code {done.returncode}):\n{tail}{hint}"
             )
-        return cls(LOOPBACK, port, http_port, script_dir)
+        return cls(LOOPBACK, port, http_port, script_dir, peer_dir)
 
     def stop(self) -> None:
-        """Stop the server with ``stop.sh``."""
+        """Stop the server with ``stop.sh``; remove its private ``$PEER_DIR``."""
         subprocess.run(
             ["bash", str(self.script_dir / "stop.sh")],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=30,
             check=False,
+            env={**os.environ, "PEER_DIR": str(self.peer_dir)},
         )
+        _drop_peer_dir(self.peer_dir)
+
+
+def _drop_peer_dir(peer_dir: Path) -> None:
+    """Remove a private ``$PEER_DIR`` (never the shared installation it links to)."""
+    if peer_dir != REFERENCE_CACHE:
+        (peer_dir / "node_modules").unlink(missing_ok=True)  # the link, not the install
+        _remove(peer_dir)
 
 
 def each_server(modes: Sequence[str]) -> Iterator[tuple[str, RunningServer]]:
