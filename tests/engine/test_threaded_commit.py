@@ -1,0 +1,156 @@
+"""A store that commits on a worker thread (`commit_in_thread`, as PostgreSQL does): the loop goes
+on while the commit is in flight, and still no reply is released before its commit returned."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from broker.engine.actor import Batch, EngineActor
+from broker.engine.core import Engine
+from store import LeaseLost
+from tests.conftest import EPOCH_MS, memory_connector
+from tests.engine.test_guarantees import (
+    FencedStore,
+    FlakyStore,
+    LoggingSession,
+    RecordingStore,
+    command,
+)
+
+BLOCKED_LOOP_S = 10
+"""How long a gated commit waits for the test to open the gate: were the commit run on the
+loop, the test could never open it (the guard only keeps such a failure from hanging)."""
+
+
+class GatedStore(RecordingStore):
+    """A recording store committed on a worker thread, each commit held until `gate` opens."""
+
+    commit_in_thread = True
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__(log)
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def commit(self, *args: Any, **kwargs: Any) -> None:
+        """Wait for the gate, then commit (and log "commit")."""
+        self.entered.set()
+        if not self.gate.wait(BLOCKED_LOOP_S):
+            self.log.append("the commit blocked the loop")
+        super().commit(*args, **kwargs)
+
+
+async def test_replies_wait_for_a_commit_in_flight_on_a_worker_thread() -> None:
+    log: list[str] = []
+    store = GatedStore(log)
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    session = LoggingSession(actor.outbox, log)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()
+        await actor.submit(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
+        await trio.to_thread.run_sync(store.entered.wait)
+        # The commit is in flight and this task runs: the loop is free, and nothing was sent.
+        await trio.testing.wait_all_tasks_blocked()
+        assert log == []
+        store.gate.set()
+        actor.inbox.close()
+    assert log == ["commit", "reply"]
+
+
+async def test_commands_sent_during_a_threaded_commit_share_the_next_pass() -> None:
+    log: list[str] = []
+    store = GatedStore(log)
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    first, second = LoggingSession(actor.outbox, log), LoggingSession(actor.outbox, log)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()
+        await actor.submit(Batch(first, [command(cmd="PUSH", queue="q", data=1)]))
+        await trio.to_thread.run_sync(store.entered.wait)
+        for data in (2, 3):  # taken while the first commit is in flight
+            await actor.submit(Batch(second, [command(cmd="PUSH", queue="q", data=data)]))
+        store.gate.set()
+        actor.inbox.close()
+    # One commit for the first pass, one for the two batches queued meanwhile; each pass's
+    # replies after its own commit.
+    assert log == ["commit", "reply", "commit", "reply"]
+    assert len(store.rows) == 3
+
+
+class ThreadedFencedStore(FencedStore):
+    """A fenced store committed on a worker thread."""
+
+    commit_in_thread = True
+
+
+async def test_a_lease_lost_in_a_threaded_commit_ends_the_actor_and_releases_nothing() -> None:
+    log: list[str] = []
+    store = ThreadedFencedStore(log)
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    session = LoggingSession(actor.outbox, log)
+    with pytest.RaisesGroup(pytest.RaisesExc(LeaseLost), flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(actor.run)
+            await trio.testing.wait_all_tasks_blocked()
+            store.fenced = True
+            await actor.submit(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
+            await trio.sleep_forever()
+    assert log == []
+
+
+class ThreadedFlakyStore(FlakyStore):
+    """A flaky store committed on a worker thread; `retried` is set after ten attempts."""
+
+    commit_in_thread = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.retried = threading.Event()
+
+    def commit(self, *args: Any, **kwargs: Any) -> None:
+        """Count the attempt, then commit or fail as FlakyStore does."""
+        try:
+            super().commit(*args, **kwargs)
+        finally:
+            if self.attempts > 10:
+                self.retried.set()
+
+
+async def test_a_threaded_commit_withholds_replies_through_an_outage(autojump_clock) -> None:
+    # Progress is counted in attempts, not in seconds: the mock clock jumps while a worker
+    # thread runs (every task then waits), so a window of virtual time says nothing here.
+    store = ThreadedFlakyStore()
+    received: list[tuple[object, object, bool]] = []
+    async with trio.open_nursery() as nursery:
+        app = App(Config(port=0, http_port=0), store=store, clock=Clock(EPOCH_MS))
+        await nursery.start(app.run)
+        client = await memory_connector(app, nursery)()
+        assert (await client.call("PUSH", queue="q", data=1))["ok"] is True
+        store.down = True
+
+        async def receive_two(done: trio.Event) -> None:
+            for _ in range(2):
+                reply = await client.receive()
+                received.append((reply["reqId"], reply["ok"], store.down))
+            done.set()
+
+        both = trio.Event()
+        nursery.start_soon(receive_two, both)
+        await client.send({"cmd": "PUSH", "queue": "q", "data": 2, "reqId": "held"})
+        await client.send({"cmd": "PUSH", "queue": "q", "data": 3, "reqId": "behind"})
+        await trio.to_thread.run_sync(store.retried.wait)  # retried all along, nothing stored
+        assert len(store.rows) == 1 and received == []
+        store.down = False
+        await both.wait()
+        assert received == [("held", True, False), ("behind", True, False)]
+        assert len(store.rows) == 3
+        app.shutdown()
