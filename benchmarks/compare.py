@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -225,6 +227,9 @@ def run_compare(args: argparse.Namespace) -> int:
         log(f"reference: not available ({args.reference_dir}/start.sh is missing)")
     postgres = SharedPostgres()
     before = load()
+    # A plain SIGTERM would end the run without stopping the servers and the PostgreSQL it
+    # started: make it unwind like Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         for rep in range(args.repeat):
             run_rows("null", "memory", floor_rows, args, null)

@@ -27,6 +27,7 @@ from ..clock import Clock
 from ..events import EventBus, event_message
 from .core import Engine
 from .housekeeping import PURGE, Purge, purged_ids
+from .inflight import InFlightCommit
 from .model import Job
 from .records import job_from_row, job_to_row
 from .sink import ReplySink
@@ -112,8 +113,9 @@ class EngineActor:
         # The task that re-allows inline passes (started by `run`), while parked waiting.
         self._reopener: Any = None
         # A store that opts in (`commit_in_thread`, PostgreSQL: a commit is a network round
-        # trip) is committed on a worker thread while the loop goes on (_commit_in_thread).
+        # trip) is committed on a worker thread while the next pass runs (_serve_pipelined).
         self._threaded = bool(getattr(store, "commit_in_thread", False))
+        self._in_flight: InFlightCommit | None = None
 
     async def restore(self) -> None:
         """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
@@ -167,7 +169,10 @@ class EngineActor:
         trio.lowlevel.spawn_system_task(self._reopen_inline_each_turn, reopen_scope)
         task_status.started()
         try:
-            await self._serve(self._receive)
+            if self._threaded:
+                await self._serve_pipelined(self._receive)
+            else:
+                await self._serve(self._receive)
         finally:
             reopen_scope.cancel()
 
@@ -204,16 +209,89 @@ class EngineActor:
                         break
                 self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
                 self._execute(items)
-                if self._threaded:
-                    await self._commit_in_thread()
-                else:
-                    self._commit()
+                self._commit()
                 await self._store_withheld()
                 self._send_replies()
                 if self._queued_batches:
                     # More work is already waiting: let other tasks (new connections, a Ping,
                     # the accept loop) have their turn before the next pass.
                     await trio.lowlevel.checkpoint()
+
+    async def _serve_pipelined(self, receive: Any) -> None:
+        """`_serve` for a store that commits on a worker thread: each pass's commit is started
+        on a thread and the next pass runs while it is in flight (the loop reads, decodes and
+        executes meanwhile). At most one commit is in flight: after running a pass, the actor
+        waits for the previous pass's commit, releases that pass's replies and events, and only
+        then starts this pass's commit, so replies still go out strictly in commit order and
+        never before their commit returned. Failures are `_serve`'s: LeaseLost and StoreError
+        end the actor with the replies unsent, StoreUnavailable withholds and retries.
+        """
+        async with receive:
+            while True:
+                if self._in_flight is not None and self._in_flight.done:
+                    await self._settle()  # stored while idle: release before sleeping
+                items: list[Any] = []
+                try:
+                    await self._wait_for_work(items)
+                except trio.EndOfChannel:
+                    await self._settle()
+                    return
+                while len(items) < MAX_BATCHES_PER_PASS:
+                    try:
+                        items.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
+                self._execute(items)  # while the previous pass's commit is in flight
+                await self._settle()
+                self._launch()
+                if self._queued_batches:
+                    await trio.lowlevel.checkpoint()  # as in _serve: let the others run
+
+    def _launch(self) -> None:
+        """Start the pass's commit on a worker thread, its replies and events detached until
+        it returns; with nothing to write, release them at once (the previous is settled)."""
+        outbox = self.outbox
+        releases = [session.take_staged() for session in outbox]
+        outbox.clear()
+        state = self.engine.state
+        events = list(state.events)
+        state.events.clear()
+        writes = self._take_writes()
+        if writes is None:
+            self._release(releases, events)
+            return
+        self._in_flight = InFlightCommit(writes, releases, events, self._wake_if_parked)
+        self._in_flight.start(self._write)
+
+    async def _settle(self) -> None:
+        """Wait for the commit in flight, if any, and release its replies and events. An
+        unreachable database withholds them, retrying (`_store_withheld`); LeaseLost or a
+        StoreError is raised, the replies never released."""
+        in_flight = self._in_flight
+        if in_flight is None:
+            return
+        try:
+            await in_flight.wait()
+        except StoreUnavailable as exc:
+            self._unstored = in_flight.writes
+            self._outage(exc)
+            await self._store_withheld()
+        self._in_flight = None
+        self._release(in_flight.releases, in_flight.events)
+
+    def _wake_if_parked(self) -> None:
+        """A commit returned: an actor asleep on its empty inbox wakes to release its replies."""
+        if self._armed_deadline is not None:
+            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError,
+                                     trio.ClosedResourceError):  # fmt: skip
+                self.inbox.send_nowait(Wake())
+
+    def _release(self, releases: list[Any], events: list[Any]) -> None:
+        """Send a stored pass's replies, then publish its events (as `_send_replies`)."""
+        for release in releases:
+            release()
+        self._publish(events)
 
     async def submit(self, batch: Batch | Delivered) -> None:
         """Run a session's batch (or apply a webhook delivery's outcome): at once in the
@@ -344,26 +422,6 @@ class EngineActor:
             self._unstored = writes
             self._outage(exc)
 
-    async def _commit_in_thread(self) -> None:
-        """Store the pass's changes as `_commit` does, but on a worker thread: the loop keeps
-        reading and decoding the connections' next commands while the commit is in flight.
-
-        At most one commit is in flight: the actor awaits it before it sends the pass's
-        replies and before it takes the next pass (which runs on everything that arrived
-        meanwhile). Nothing else changes: LeaseLost and StoreError end the actor (the thread's
-        exception is raised here), StoreUnavailable keeps the writes for `_store_withheld`.
-        Inline passes are off for such a store (a connection's task cannot wait for a thread),
-        so every batch goes through the inbox.
-        """
-        writes = self._take_writes()
-        if writes is None:
-            return
-        try:
-            await trio.to_thread.run_sync(self._write, writes)
-        except StoreUnavailable as exc:
-            self._unstored = writes
-            self._outage(exc)
-
     def _write(self, writes: tuple[Any, ...]) -> None:
         """`Store.commit` of `_take_writes`'s tuple (the body of a threaded commit)."""
         assert self.store is not None
@@ -419,8 +477,11 @@ class EngineActor:
         for session in outbox:
             session.send_staged()
         outbox.clear()
-        events = self.engine.state.events
-        if events:  # committed: now subscribers and webhooks may hear of them
+        self._publish(self.engine.state.events)
+
+    def _publish(self, events: list[Any]) -> None:
+        """A pass is committed: now subscribers and webhooks may hear of its events."""
+        if events:
             now = self.clock.now_ms()
             self.bus.publish(event_message(kind, job, extra, now) for kind, job, extra in events)
             events.clear()

@@ -11,6 +11,7 @@ by the sink object itself (sinks hash by identity).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 Reply = dict[str, object]
@@ -32,4 +33,10 @@ class ReplySink(Protocol):
 
     def send_staged(self) -> None:
         """The pass that staged the replies is committed: send them, in staging order."""
+        ...
+
+    def take_staged(self) -> Callable[[], None]:
+        """Detach the staged replies (their pass's commit is in flight while the next pass
+        runs and stages anew); calling the result, once that commit is stored, sends them as
+        `send_staged` would have."""
         ...

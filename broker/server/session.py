@@ -84,6 +84,18 @@ class Session:
         self._send(staged, count)
         staged.clear()
 
+    def take_staged(self) -> Callable[[], None]:
+        """Detach the staged replies; the result sends them (see ReplySink.take_staged)."""
+        staged, count = self._staged, self._staged_count
+        self._staged = bytearray()
+        self._staged_count = 0
+
+        def release() -> None:
+            if staged and not self._closed:
+                self._send(staged, count)
+
+        return release
+
     def _send(self, data: bytearray, count: int) -> None:
         sent = 0
         if self._direct_send is not None and not self._writing and not self._ready:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
+from collections.abc import Callable
 
 import trio
 
@@ -15,6 +16,10 @@ from .frontdoor import InFlight
 from .session import Session
 
 DISCONNECT_TIMEOUT_S = 5
+
+
+def _nothing() -> None:
+    """No reply to release."""
 
 
 class ReplySlot:
@@ -46,6 +51,10 @@ class ReplySlot:
         """The pass is committed: the waiting request may answer."""
         if self.replies:
             self._answered.set()
+
+    def take_staged(self) -> Callable[[], None]:
+        """What `send_staged` would do now, to be done once the pass is committed."""
+        return self._answered.set if self.replies else _nothing
 
     async def wait(self) -> Reply:
         """The reply, once committed."""
@@ -106,6 +115,17 @@ class StreamSession:
             return
         self._ready.extend(staged)
         self._ready_lot.unpark_all()
+
+    def take_staged(self) -> Callable[[], None]:
+        """Detach the staged replies; the result hands them to the writer."""
+        staged, self._staged = self._staged, []
+
+        def release() -> None:
+            if not self._closed:
+                self._ready.extend(staged)
+                self._ready_lot.unpark_all()
+
+        return release
 
     async def wait_capacity(self) -> None:
         """Wait until another command may be read, then count it in flight."""

@@ -1,9 +1,10 @@
-"""A store that commits on a worker thread (`commit_in_thread`, as PostgreSQL does): the loop goes
-on while the commit is in flight, and still no reply is released before its commit returned."""
+"""A store that commits on a worker thread (`commit_in_thread`, as PostgreSQL does): the next pass
+runs while the commit is in flight, and still no reply is released before its commit returned."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,6 +31,15 @@ BLOCKED_LOOP_S = 10
 loop, the test could never open it (the guard only keeps such a failure from hanging)."""
 
 
+class Session(LoggingSession):
+    """A logging session whose staged replies can be detached while their commit is in flight."""
+
+    def take_staged(self) -> Callable[[], None]:
+        """Detach the staged replies; the result logs "reply" for them."""
+        staged, self.staged = self.staged, []
+        return lambda: self.log.append("reply") if staged else None
+
+
 class GatedStore(RecordingStore):
     """A recording store committed on a worker thread, each commit held until `gate` opens."""
 
@@ -52,7 +62,7 @@ async def test_replies_wait_for_a_commit_in_flight_on_a_worker_thread() -> None:
     log: list[str] = []
     store = GatedStore(log)
     actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
-    session = LoggingSession(actor.outbox, log)
+    session = Session(actor.outbox, log)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)
         await trio.testing.wait_all_tasks_blocked()
@@ -66,21 +76,23 @@ async def test_replies_wait_for_a_commit_in_flight_on_a_worker_thread() -> None:
     assert log == ["commit", "reply"]
 
 
-async def test_commands_sent_during_a_threaded_commit_share_the_next_pass() -> None:
+async def test_the_next_pass_runs_while_a_commit_is_in_flight_and_waits_for_it() -> None:
     log: list[str] = []
     store = GatedStore(log)
     actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
-    first, second = LoggingSession(actor.outbox, log), LoggingSession(actor.outbox, log)
+    first, second = Session(actor.outbox, log), Session(actor.outbox, log)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)
         await trio.testing.wait_all_tasks_blocked()
         await actor.submit(Batch(first, [command(cmd="PUSH", queue="q", data=1)]))
         await trio.to_thread.run_sync(store.entered.wait)
-        for data in (2, 3):  # taken while the first commit is in flight
+        for data in (2, 3):  # sent while the first commit is in flight...
             await actor.submit(Batch(second, [command(cmd="PUSH", queue="q", data=data)]))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(second.staged) == 2 and log == []  # ...run meanwhile, and held
         store.gate.set()
         actor.inbox.close()
-    # One commit for the first pass, one for the two batches queued meanwhile; each pass's
+    # One commit for the first pass, one for the two batches run meanwhile; each pass's
     # replies after its own commit.
     assert log == ["commit", "reply", "commit", "reply"]
     assert len(store.rows) == 3
@@ -96,7 +108,7 @@ async def test_a_lease_lost_in_a_threaded_commit_ends_the_actor_and_releases_not
     log: list[str] = []
     store = ThreadedFencedStore(log)
     actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
-    session = LoggingSession(actor.outbox, log)
+    session = Session(actor.outbox, log)
     with pytest.RaisesGroup(pytest.RaisesExc(LeaseLost), flatten_subgroups=True):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(actor.run)
