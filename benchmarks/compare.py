@@ -35,8 +35,18 @@ from .servers import (
 
 Results = dict[str, list[RunResult]]
 FLOOR_ROWS = ("push", "wide", "seq")
-LABELS = {"trioq": "trioq", "before": "trioq before", "reference": "reference"}
-"""Column titles of the servers that run in each mode."""
+BEFORE = "before"
+"""The kind of the first ``--baseline`` checkout; the next ones are before2, before3, ..."""
+
+
+def before_kind(index: int) -> str:
+    """The kind of the ``--baseline`` checkout at ``index``."""
+    return BEFORE if index == 0 else f"{BEFORE}{index + 1}"
+
+
+def label(kind: str) -> str:
+    """The column title of a server kind."""
+    return f"trioq {kind}" if kind.startswith(BEFORE) else kind
 
 
 def load() -> str:
@@ -47,14 +57,15 @@ def load() -> str:
 def start(
     kind: str, mode: str, args: argparse.Namespace, postgres: SharedPostgres | None = None
 ) -> RunningServer:
-    """Start trioq, the older trioq at ``args.baseline`` ("before"), the reference (scripts in
+    """Start trioq, an older trioq of ``args.baseline`` ("before"...), the reference (scripts in
     ``args.reference_dir``) or the null server; in postgres mode on a fresh database of
     ``postgres``."""
     url = postgres.fresh_url() if mode == "postgres" and postgres is not None else ""
     if kind == "trioq":
         return TrioqServer.start(mode, postgres_url=url)
-    if kind == "before":
-        return TrioqServer.start(mode, postgres_url=url, root=args.baseline)
+    if kind.startswith(BEFORE):
+        index = int(kind.removeprefix(BEFORE) or 1) - 1
+        return TrioqServer.start(mode, postgres_url=url, root=args.baseline[index])
     if kind == "null":
         return TrioqServer.start("memory", module="benchmarks.nullserver")
     return ReferenceServer.start(mode, script_dir=args.reference_dir, postgres_url=url)
@@ -84,7 +95,7 @@ def run_rows(
         server = start(kind, mode, args, postgres)
     except ServerStartError as exc:
         log(f"[{mode}] {kind}: did not start: {exc}")
-        notes.append(f"{LABELS.get(kind, kind)}: did not start: {str(exc).splitlines()[0]}")
+        notes.append(f"{label(kind)}: did not start: {str(exc).splitlines()[0]}")
         return
     jobs = jobs_for(kind, mode, args)
     try:
@@ -93,7 +104,7 @@ def run_rows(
                 result = run_row(row, server.host, server.port, jobs, args.processes, args.rate)
             except (OSError, LoadError) as exc:
                 log(f"[{mode}] {kind}: {row.title}: failed: {exc}")
-                notes.append(f"{LABELS.get(kind, kind)}, {row.title}: failed: {exc}")
+                notes.append(f"{label(kind)}, {row.title}: failed: {exc}")
                 continue
             into[row.key].append(result)
             log(f"[{mode}] {kind}: {row.title:<38} {result.rate:>10,.0f} jobs/s")
@@ -179,8 +190,8 @@ def mode_table(servers: dict[str, Results], null: Results, sqlite: Results | Non
     # The round trip is the inverse of the rate.
     rows.append(["sequential round trip / null Trio server's", ratio(floor, seq), *[""] * (
         len(servers) - 1), *blank])  # fmt: skip
-    headers = ["scenario (jobs/s, median (low-high))", *(LABELS[kind] for kind in servers)]
-    headers += [f"trioq/{'before' if kind == 'before' else 'ref'}" for kind in others]
+    headers = ["scenario (jobs/s, median (low-high))", *(label(kind) for kind in servers)]
+    headers += [f"trioq/{kind if kind.startswith(BEFORE) else 'ref'}" for kind in others]
     if sqlite is not None:
         headers.append("trioq/sqlite")
     return table(headers, rows)
@@ -207,8 +218,7 @@ def floor_table(null: Results) -> str:
 def kinds_for(mode: str, rep: int, args: argparse.Namespace, have_reference: bool) -> list[str]:
     """The servers of ``mode`` in repetition ``rep``, their order rotated each repetition."""
     kinds = ["trioq"]
-    if args.baseline is not None:
-        kinds.append("before")
+    kinds += [before_kind(index) for index in range(len(args.baseline))]
     if have_reference and mode in REFERENCE_MODES:
         kinds.append("reference")
     shift = rep % len(kinds)
@@ -246,8 +256,8 @@ def run_compare(args: argparse.Namespace) -> int:
         f" paced row at {args.rate:,.0f} jobs/s offered for 4 s;"
         f" generator: {args.processes} processes; load average before {before}, after {after}"
     )
-    if args.baseline is not None:
-        print(f"trioq before: the checkout at {args.baseline}")
+    for index, path in enumerate(args.baseline):
+        print(f"{label(before_kind(index))}: the checkout at {path}")
     print()
     for mode in args.modes:
         kinds = kinds_for(mode, 0, args, have_reference)

@@ -680,16 +680,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--baseline",
         type=Path,
-        default=None,
+        action="append",
+        default=[],
         metavar="DIR",
         help="also run the trioq checkout in DIR (e.g. a git worktree of an older commit) as"
-        " the column 'trioq before', alternating with the others",
+        " the column 'trioq before', alternating with the others; repeatable (before2, ...)",
     )
     args = parser.parse_args(argv)
-    if args.baseline is not None:
-        args.baseline = args.baseline.resolve()
-    if args.baseline is not None and not (args.baseline / "broker").is_dir():
-        parser.error(f"--baseline {args.baseline}: not a trioq checkout (no broker/ in it)")
+    args.baseline = [path.resolve() for path in args.baseline]
+    for path in args.baseline:
+        if not (path / "broker").is_dir():
+            parser.error(f"--baseline {path}: not a trioq checkout (no broker/ in it)")
     args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not args.compare and args.port is None:
