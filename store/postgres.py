@@ -168,7 +168,7 @@ class PostgresStore:
     commit_in_thread = True
     """The engine commits on a worker thread: a commit is a network round trip plus the
     server's WAL write, during which the loop would otherwise be blocked (see
-    EngineActor._commit_in_thread for what was measured)."""
+    EngineActor._serve_pipelined for what was measured)."""
 
     def __init__(
         self, url: str, schema: str = "trioq", *, lease_ttl_s: float = 10.0, advertise: str = ""
