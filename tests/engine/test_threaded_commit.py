@@ -86,14 +86,14 @@ async def test_the_next_pass_runs_while_a_commit_is_in_flight_and_waits_for_it()
         await trio.testing.wait_all_tasks_blocked()
         await actor.submit(Batch(first, [command(cmd="PUSH", queue="q", data=1)]))
         await trio.to_thread.run_sync(store.entered.wait)
-        for data in (2, 3):  # sent while the first commit is in flight...
-            await actor.submit(Batch(second, [command(cmd="PUSH", queue="q", data=data)]))
+        pushes = [command(cmd="PUSH", queue="q", data=data) for data in (2, 3)]
+        await actor.submit(Batch(second, pushes))  # sent while the first commit is in flight...
         await trio.testing.wait_all_tasks_blocked()
         assert len(second.staged) == 2 and log == []  # ...run meanwhile, and held
         store.gate.set()
         actor.inbox.close()
-    # One commit for the first pass, one for the two batches run meanwhile; each pass's
-    # replies after its own commit.
+    # One commit for the first pass, one for the batch run meanwhile; each pass's replies
+    # after its own commit.
     assert log == ["commit", "reply", "commit", "reply"]
     assert len(store.rows) == 3
 
