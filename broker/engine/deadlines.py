@@ -105,7 +105,7 @@ def _stall_interval(state: TimedState, job: Job) -> float | None:
     if job.stall_timeout is not None and job.stall_timeout > 0:
         return job.stall_timeout
     config = state.queue(job.queue).stall_config
-    if config.get("enabled", True) and config.get("stallInterval"):
+    if config and config.get("enabled", True) and config.get("stallInterval"):
         return float(config["stallInterval"])
     return None
 

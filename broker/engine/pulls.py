@@ -105,24 +105,28 @@ class Pulls:
         tokens: list[str | None] = []
         passed_over: list[tuple[Any, ...]] = []
         full_groups: set[str] = set()
-        while len(jobs) < waiter.count:
+        # Read once per claim, not per job (a PULLB takes up to 1000).
+        claim, owner, lock_ttl = self.state.claim, command.owner, command.lockTtl
+        limited = queue.concurrency is not None or queue.rate_limit is not None
+        count = waiter.count
+        while len(jobs) < count:
             entry = queue.pop_entry()
             if entry is None:
                 break
             job = entry[JOB]
             group = job.group_id
-            if self._group_is_full(queue, group, groups, now, full_groups):
+            if group is not None and self._group_is_full(queue, group, groups, now, full_groups):
                 passed_over.append(entry)
                 continue
             # The queue's limits come last: a start passed over for its group spends no token.
-            if not self._queue_admits(queue, now):
+            if limited and not self._queue_admits(queue, now):
                 queue.put_back(entry)
                 break
             if group is not None:
                 options = queue.group_options(group, groups)
                 if options is not None:
                     queue.record_start(group, options, now)
-            tokens.append(self.state.claim(job, now, command.owner, command.lockTtl, holder))
+            tokens.append(claim(job, now, owner, lock_ttl, holder))
             jobs.append(job)
             if job.repeat is not None:
                 self._add_next_occurrence(job, now)

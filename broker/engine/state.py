@@ -278,7 +278,8 @@ class EngineState:
         self._take_keys(job, now)
         arm_ttl(self, job)
         self.totals["pushed"] += 1
-        self.emit("pushed", job)
+        if self.emitting:  # `emit`, inline: this runs for every job
+            self.events.append(("pushed", job, {}))
         self._wait_for_dependencies(job, now)
 
     # -- restart -------------------------------------------------------------------------------
@@ -445,7 +446,8 @@ class EngineState:
         self.totals["pulled"] += 1
         if self.on_start is not None:
             self.on_start(now - job.run_at)
-        self.emit("active", job)
+        if self.emitting:  # `emit`, inline: this runs for every job
+            self.events.append(("active", job, {}))
         if owner is None:
             return None
         token = uuid7()
@@ -624,8 +626,10 @@ class EngineState:
         self.telemetry.record(job.queue, COMPLETED, now)
         if self.on_complete is not None and job.started_at is not None:
             self.on_complete(now - job.started_at)
-        self.emit("completed", job)
-        self._unblock_dependents(job, now)
+        if self.emitting:  # `emit`, inline: this runs for every job
+            self.events.append(("completed", job, {}))
+        if self.dependents:
+            self._unblock_dependents(job, now)
 
     def retry(self, job: Job, now: float) -> None:
         """FAIL with attempts left: back to delayed after the backoff."""
