@@ -242,7 +242,8 @@ class EngineActor:
             trio.lowlevel.reschedule(reopener)
         self._execute([batch])
         try:
-            self._commit()
+            if self.store is not None:  # memory mode: not even the call
+                self._commit()
         except StoreError as exc:  # the actor raises it; the replies are never released
             self._failure = exc
         if self._unstored is not None or self._failure is not None:
@@ -251,7 +252,8 @@ class EngineActor:
             self.inbox.send_nowait(Wake())
             return True
         self._send_replies()
-        if self.engine.next_deadline() < armed or self.engine.state.housekeeping_due():
+        state = self.engine.state
+        if state.wheel.next_deadline() < armed or state.housekeeping_due():
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True
@@ -305,7 +307,11 @@ class EngineActor:
                 engine.webhooks.record_delivery(item)
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
-        engine.tick(now)
+        state = engine.state
+        # The second tick only when it has something to do (what `tick` looks at): most
+        # passes served no parked poll, finished no job and passed no deadline.
+        if state.dirty_queues or state.finished or state.wheel.next_deadline() <= now:
+            engine.tick(now)
         if engine.state.housekeeping_due():
             engine.state.housekeep()
         self.passes += 1

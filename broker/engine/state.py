@@ -782,7 +782,7 @@ class EngineState:
 
     def housekeeping_due(self) -> bool:
         """Whether work is left for `housekeep` (the actor then runs passes without sleeping)."""
-        return bool(self.purges or self.graveyard or self.untidy)
+        return bool(self.purges or self.graveyard.lots or self.untidy)
 
     def housekeep(self) -> None:
         """One pass's share of housekeeping: compact what removals left mostly stale, advance
