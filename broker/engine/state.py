@@ -610,7 +610,8 @@ class EngineState:
     def complete(self, job: Job, now: float, result: bytes | None, remove: bool) -> None:
         """ACK: the job is done; keep it (within retention) or forget it."""
         self._end_activity(job)
-        self._free_keys(job)
+        if job.unique_key is not None or job.debounce_id is not None:  # most jobs hold no key
+            self._free_keys(job)
         if remove:
             self.forget(job)
             self._remember_done(job.id)
