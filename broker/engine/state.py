@@ -170,7 +170,10 @@ class EngineState:
     # -- transitions ---------------------------------------------------------------------------
 
     def _enter(self, job: Job, state: str, persist: bool = True, error: str | None = None) -> None:
-        queue = self.queue(job.queue)
+        # Every transition passes here: the queue is looked up without the call when it exists.
+        queue = self.queues.get(job.queue)
+        if queue is None:
+            queue = self.queue(job.queue)
         if job.state:
             self._leave(queue, job)
         job.state = state
@@ -275,12 +278,19 @@ class EngineState:
         if self.done_ids:
             self.done_ids.pop(job.id, None)  # the id is live again (a reused custom id)
         job.state = ""
-        self._take_keys(job, now)
-        arm_ttl(self, job)
+        # Each step only for a job that needs it: this runs for every job pushed.
+        if job.unique_key is not None or job.debounce_id is not None:
+            self._take_keys(job, now)
+        if job.ttl:
+            arm_ttl(self, job)
         self.totals["pushed"] += 1
-        if self.emitting:  # `emit`, inline: this runs for every job
+        if self.emitting:  # `emit`, inline
             self.events.append(("pushed", job, {}))
-        self._wait_for_dependencies(job, now)
+        if job.depends_on:
+            self._wait_for_dependencies(job, now)
+        else:
+            job.pending_deps = 0
+            self.schedule(job, now)
 
     # -- restart -------------------------------------------------------------------------------
 
