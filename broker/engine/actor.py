@@ -292,8 +292,13 @@ class EngineActor:
     def _execute(self, items: list[Any]) -> None:
         """One pass: due timers, then every item in order, then what they made ready."""
         engine = self.engine
+        state = engine.state
         now = self.clock.now_ms()
-        engine.tick(now)
+        state.now = now
+        # Each tick only when it has something to do (what `tick` looks at): most passes
+        # find no parked poll to serve, no finished job and no deadline passed.
+        if state.dirty_queues or state.finished or state.wheel.next_deadline() <= now:
+            engine.tick(now)
         commands = 0
         for item in items:
             if isinstance(item, Batch):
@@ -307,9 +312,6 @@ class EngineActor:
                 engine.webhooks.record_delivery(item)
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
-        state = engine.state
-        # The second tick only when it has something to do (what `tick` looks at): most
-        # passes served no parked poll, finished no job and passed no deadline.
         if state.dirty_queues or state.finished or state.wheel.next_deadline() <= now:
             engine.tick(now)
         if engine.state.housekeeping_due():

@@ -88,7 +88,10 @@ def arm_timeout(state: TimedState, job: Job, started_at: float) -> None:
     job.activation += 1
     if job.timeout:
         state.wheel.schedule(started_at + job.timeout, TIMEOUT, job, job.activation)
-    _arm_stall_check(state, job)
+    # What `_stall_interval` reads, checked here first: every claim passes here, and most
+    # jobs and queues configure no stall check.
+    if job.stall_timeout is not None or state.queue(job.queue).stall_config:
+        _arm_stall_check(state, job)
 
 
 def _arm_stall_check(state: TimedState, job: Job) -> None:
