@@ -25,10 +25,20 @@ import tempfile
 from typing import Any
 
 PHASES = ("push", "push,pull", "push,pull,ack")
+BATCH_PHASES = ("push,pullb", "push,pullb,ackb")
+MIXED_PHASES = ("mixed",)
+SCENARIOS = {"single": PHASES, "batch": BATCH_PHASES, "mixed": MIXED_PHASES}
+PULL_BATCH = 100
+"""Jobs per PULLB (and ids per ACKB) in the batch scenario, as the loadgen's PULLB row."""
 
 
 def workload(root: str, count: int, phases: list[str], sqlite_dir: str | None = None) -> None:
-    """The measured run (in the child process), against the build at `root`."""
+    """The measured run (in the child process), against the build at `root`.
+
+    Replies go through the TCP session (broker/server/session.py) with a socket that takes
+    every byte, so encoding each reply frame is counted; the reply dicts are also kept to
+    read the pushed ids and check every answer.
+    """
     sys.path.insert(0, root)
     import msgspec
     import trio
@@ -38,27 +48,20 @@ def workload(root: str, count: int, phases: list[str], sqlite_dir: str | None = 
     from broker.clock import Clock
     from broker.engine.actor import Batch, EngineActor
     from broker.engine.core import Engine
+    from broker.server.frontdoor import InFlight
+    from broker.server.session import Session
     from protocol import decode_command
     from store.sqlite import SqliteStore
 
-    class Sink:
-        """Accepts both sink APIs: stage_reply/send_staged, and the older reply/release."""
+    replies: list[dict[str, Any]] = []
 
-        def __init__(self, outbox: set[Any]) -> None:
-            self.closed = False
-            self.held: set[str] = set()
-            self.replies: list[dict[str, object]] = []
-            self._outbox = outbox
+    class Sink(Session):
+        """The TCP session, also keeping each reply (to read ids and check it)."""
 
-        def stage_reply(self, reply: dict[str, object], req_id: object) -> None:
-            self.replies.append(reply)
-            self._outbox.add(self)
-
-        def send_staged(self) -> None:
-            pass
-
-        reply = stage_reply
-        release = send_staged
+        def stage_reply(self, reply: dict[str, Any], req_id: object) -> None:
+            replies.append(reply)
+            self.budget.count += 1  # taken by the reader in a broker, given back by written()
+            super().stage_reply(reply, req_id)
 
     def command(**fields: object) -> object:
         return decode_command(msgspec.msgpack.encode(fields))
@@ -66,7 +69,8 @@ def workload(root: str, count: int, phases: list[str], sqlite_dir: str | None = 
     async def main() -> None:
         store = SqliteStore(os.path.join(sqlite_dir, "trioq.db")) if sqlite_dir else None
         actor = EngineActor(Engine(), Clock(), store)
-        sink = Sink(actor.outbox)
+        sink = Sink(actor.outbox, InFlight(), direct_send=len)
+
         async def one_at_a_time(commands: list[object]) -> None:
             # Each batch runs and the actor parks again before the next: every one runs
             # inline, the same way in both builds.
@@ -74,16 +78,35 @@ def workload(root: str, count: int, phases: list[str], sqlite_dir: str | None = 
                 await actor.submit(Batch(sink, [command]))
                 await trio.testing.wait_all_tasks_blocked()
 
+        async def mixed() -> None:
+            # A worker's long poll is parked, a producer's PUSH is handed to it, the worker
+            # ACKs it: per job, what producers and workers together cost.
+            for i in range(count):
+                await one_at_a_time([command(cmd="PULL", queue="q", timeout=60_000)])
+                await one_at_a_time([command(cmd="PUSH", queue="q", data=i)])
+                await one_at_a_time([command(cmd="ACK", id=replies[-2]["id"])])
+
         async with trio.open_nursery() as nursery:
             await nursery.start(actor.run)
-            await one_at_a_time([command(cmd="PUSH", queue="q", data=i) for i in range(count)])
-            ids = [reply["id"] for reply in sink.replies]
+            if phases == ["mixed"]:
+                await mixed()
+            else:
+                await one_at_a_time([command(cmd="PUSH", queue="q", data=i) for i in range(count)])
+            ids = [reply.get("id") for reply in replies]
             if "pull" in phases:
                 await one_at_a_time([command(cmd="PULL", queue="q") for _ in range(count)])
             if "ack" in phases:
                 await one_at_a_time([command(cmd="ACK", id=job_id) for job_id in ids])
-            failed = [reply for reply in sink.replies if not reply["ok"]]
-            assert len(sink.replies) == count * len(phases) and not failed, failed[:1]
+            chunks = [ids[at : at + PULL_BATCH] for at in range(0, count, PULL_BATCH)]
+            if "pullb" in phases:
+                pulls = [command(cmd="PULLB", queue="q", count=PULL_BATCH) for _ in chunks]
+                await one_at_a_time(pulls)
+            if "ackb" in phases:
+                await one_at_a_time([command(cmd="ACKB", ids=chunk) for chunk in chunks])
+            failed = [reply for reply in replies if not reply["ok"]]
+            assert not failed and not sink._ready, failed[:1]
+            expected = {"mixed": 3 * count, "pullb": len(chunks), "ackb": len(chunks)}
+            assert len(replies) == sum(expected.get(phase, count) for phase in phases)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -103,14 +126,20 @@ def count_instructions(root: str, count: int, phases: str, sqlite: bool = False)
 
 
 def per_request(counts: dict[tuple[str, int], int], small: int, large: int) -> dict[str, float]:
-    """PUSH, PULL and ACK instructions per request from the runs' totals."""
+    """Instructions per request (per job for PULLB, ACKB and mixed) from the runs' totals."""
     cost = {phases: (counts[phases, large] - counts[phases, small]) / (large - small)
-            for phases in PHASES}  # fmt: skip
-    return {
-        "PUSH": cost["push"],
-        "PULL": cost["push,pull"] - cost["push"],
-        "ACK": cost["push,pull,ack"] - cost["push,pull"],
+            for phases, size in counts if size == large}  # fmt: skip
+    rows = {
+        "PUSH": ("push", None),
+        "PULL": ("push,pull", "push"),
+        "ACK": ("push,pull,ack", "push,pull"),
+        "PULLB 100 (per job)": ("push,pullb", "push"),
+        "ACKB 100 (per job)": ("push,pullb,ackb", "push,pullb"),
+        "PULL+PUSH+ACK, parked poll (per job)": ("mixed", None),
     }
+    return {name: cost[run] - (cost[base] if base else 0)
+            for name, (run, base) in rows.items()
+            if run in cost and (base is None or base in cost)}  # fmt: skip
 
 
 def main() -> int:
@@ -124,9 +153,13 @@ def main() -> int:
     parser.add_argument("--small", type=int, default=1000)
     parser.add_argument("--large", type=int, default=3000)
     parser.add_argument("--sqlite", action="store_true", help="commit each pass to a SQLite file")
+    parser.add_argument("--scenarios", default="single", help=f"of {','.join(SCENARIOS)}")
     args = parser.parse_args()
+    runs = [phases for name in args.scenarios.split(",") for phases in SCENARIOS[name]]
+    if "push,pull" in runs or "push,pullb" in runs:
+        runs.insert(0, "push")  # what the pulls are measured against
     counts: dict[str, dict[tuple[str, int], int]] = {"old": {}, "new": {}}
-    for phases in PHASES:
+    for phases in dict.fromkeys(runs):
         for size in (args.small, args.large):
             for label in ("old", "new"):  # alternating, as the builds should be compared
                 root = args.old if label == "old" else args.new

@@ -17,12 +17,15 @@ class Clock:
     """Maps between epoch milliseconds and Trio's clock (must be created inside trio.run)."""
 
     def __init__(self, epoch_ms: float | None = None) -> None:
-        self._trio_start = trio.current_time()
+        # The run's clock itself: read on every pass, and `trio.current_time()` reaches it
+        # through two more Python calls.
+        self._trio_clock = trio.lowlevel.current_clock()
+        self._trio_start = self._trio_clock.current_time()
         self._epoch_start = time.time() * 1000 if epoch_ms is None else epoch_ms
 
     def now_ms(self) -> float:
         """The current epoch time in milliseconds (fractional)."""
-        return self._epoch_start + (trio.current_time() - self._trio_start) * 1000
+        return self._epoch_start + (self._trio_clock.current_time() - self._trio_start) * 1000
 
     def trio_time(self, epoch_ms: float) -> float:
         """The Trio clock reading at which `epoch_ms` arrives (inf stays inf)."""

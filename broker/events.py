@@ -68,7 +68,13 @@ class EventBus:
 
     def listening(self) -> bool:
         """Whether anyone would receive an event (the engine skips collecting otherwise)."""
-        return bool(self.subscriptions) or any(active() for _, active in self.listeners)
+        if self.subscriptions:
+            return True
+        # A loop, not any() over a generator: this runs on every pass.
+        for _, active in self.listeners:  # noqa: SIM110
+            if active():
+                return True
+        return False
 
     def subscribe(self, patterns: list[str], queue: str | None = None) -> Subscription:
         """Start a subscription; events published from now on reach it."""

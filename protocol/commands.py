@@ -194,6 +194,11 @@ class Pull(Command, tag="PULL"):
     def __post_init__(self) -> None:
         self.queue = queue_name(self.queue)
         self.timeout = poll_timeout(self.timeout)
+        if self.owner is self.lockTtl is self.detach is self.group is None:
+            # The common PULL: no lease, no group; nothing more to check.
+            self.lockTtl = DEFAULT_LOCK_TTL_MS
+            self.detach = False
+            return
         self.owner = optional_str(self.owner, "owner") or None
         self.lockTtl = lock_ttl(self.lockTtl)
         self.detach = flag(self.detach, "detach")
@@ -224,9 +229,15 @@ class Ack(Command, tag="ACK"):
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
-        self.result = raw_or_none(self.result, "result")  # type: ignore[assignment]  # bytes | None
-        self.token = lease_token(self.token, "token")
-        self.removeOnComplete = flag(self.removeOnComplete, "removeOnComplete")
+        # Each check only for a field that was sent: most ACKs carry an id and nothing else.
+        result = self.result
+        self.result = None if result is NO_DATA else raw_or_none(result, "result")  # type: ignore[assignment]  # bytes | None
+        if self.token is not None:
+            self.token = lease_token(self.token, "token")
+        if self.removeOnComplete is not None:
+            self.removeOnComplete = flag(self.removeOnComplete, "removeOnComplete")
+        else:
+            self.removeOnComplete = False
 
 
 class AckBatch(Command, tag="ACKB"):

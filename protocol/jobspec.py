@@ -138,6 +138,12 @@ def check_group_priority(priority: float) -> None:
 
 def job_data(value: msgspec.Raw, default: bytes | None = None) -> bytes:
     """A job's `data`: present (or `default`), at most 10 MB, and decodable by workers."""
+    return job_payload(value, default)[0]
+
+
+def job_payload(value: msgspec.Raw, default: bytes | None = None) -> tuple[bytes, Any]:
+    """`job_data`, with the data decoded: the check has to decode it anyway, and a PUSH
+    looks inside it again for an old SDK's `data.name` (`hoist_name`)."""
     raw = bytes(value)
     if not raw or raw == JS_UNDEFINED:
         if default is None:
@@ -145,8 +151,7 @@ def job_data(value: msgspec.Raw, default: bytes | None = None) -> bytes:
         raw = default
     if len(raw) > MAX_DATA_BYTES:
         raise CommandError("Job data too large (max 10MB)")
-    check_payload(raw, "data")
-    return raw
+    return raw, decode_payload(raw, "data")
 
 
 def check_payload(raw: bytes, field: str) -> None:
@@ -155,18 +160,23 @@ def check_payload(raw: bytes, field: str) -> None:
     Payloads are stored raw and handed back verbatim, so one bad producer could otherwise
     poison every consumer that pulls the job.
     """
+    decode_payload(raw, field)
+
+
+def decode_payload(raw: bytes, field: str) -> Any:
+    """The payload decoded, or the error `check_payload` words."""
     try:
-        _decode_any(raw)
+        return _decode_any(raw)
     except (msgspec.DecodeError, ValueError, RecursionError):
         raise CommandError(f"{field} is not valid MessagePack (strings must be UTF-8)") from None
 
 
-def hoist_name(data: bytes) -> tuple[str | None, bytes]:
-    """Older SDKs put the job name in `data.name`; move it out when the job has no name."""
-    if not data or not (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):
+def hoist_name(data: bytes, payload: Any) -> tuple[str | None, bytes]:
+    """Older SDKs put the job name in `data.name`; move it out when the job has no name.
+    `payload` is `data` decoded (a fresh value: the name is removed from it)."""
+    if not isinstance(payload, dict):
         return None, data
-    payload = _decode_any(data)
-    name = payload.get("name") if isinstance(payload, dict) else None
+    name = payload.get("name")
     if not isinstance(name, str):
         return None, data
     del payload["name"]
@@ -235,12 +245,12 @@ class JobFields(msgspec.Struct, kw_only=True):
         self._check_strings_and_flags()
 
     def _check_data(self) -> None:
-        raw = job_data(self.data)
+        raw, payload = job_payload(self.data)
         name = optional_str(self.name, "name")
         if name is not None and not 0 < len(name) <= MAX_JOB_NAME:
             raise CommandError(BAD_JOB_NAME)
         if name is None:
-            name, raw = hoist_name(raw)
+            name, raw = hoist_name(raw, payload)
         self.name = name if name is not None else "default"
         self.data = raw  # type: ignore[assignment]  # normalised: plain bytes
 

@@ -183,8 +183,24 @@ def str_list(value: Any, field: str) -> list[str]:
     return value
 
 
+_KNOWN_QUEUE_NAMES: set[str] = set()
+"""Names `queue_name` accepted before: a busy broker sees the same few on every command, and a
+set lookup costs less than the checks (bounded: cleared when it reaches MAX_KNOWN_QUEUE_NAMES)."""
+MAX_KNOWN_QUEUE_NAMES = 4096
+
+
 def queue_name(value: Any) -> str:
     """Check a queue name: 1..256 characters of letters, digits, `_`, `-`, `.` and `:`."""
+    if value.__class__ is str and value in _KNOWN_QUEUE_NAMES:
+        return value  # type: ignore[no-any-return]
+    _check_queue_name(value)
+    if len(_KNOWN_QUEUE_NAMES) >= MAX_KNOWN_QUEUE_NAMES:
+        _KNOWN_QUEUE_NAMES.clear()
+    _KNOWN_QUEUE_NAMES.add(value)
+    return value  # type: ignore[no-any-return]
+
+
+def _check_queue_name(value: Any) -> None:
     if value is None or value == "":
         raise CommandError("Queue name is required")
     if not isinstance(value, str):
@@ -193,4 +209,3 @@ def queue_name(value: Any) -> str:
         raise CommandError(f"Queue name too long (max {MAX_QUEUE_NAME} characters)")
     if not _QUEUE_NAME.fullmatch(value):
         raise CommandError("Queue name contains invalid characters")
-    return value

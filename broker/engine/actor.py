@@ -335,7 +335,8 @@ class EngineActor:
             trio.lowlevel.reschedule(reopener)
         self._execute([batch])
         try:
-            self._commit()
+            if self.store is not None:  # memory mode: not even the call
+                self._commit()
         except StoreError as exc:  # the actor raises it; the replies are never released
             self._failure = exc
         if self._unstored is not None or self._failure is not None:
@@ -344,7 +345,8 @@ class EngineActor:
             self.inbox.send_nowait(Wake())
             return True
         self._send_replies()
-        if self.engine.next_deadline() < armed or self.engine.state.housekeeping_due():
+        state = self.engine.state
+        if state.wheel.next_deadline() < armed or state.housekeeping_due():
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True
@@ -383,8 +385,13 @@ class EngineActor:
     def _execute(self, items: list[Any]) -> None:
         """One pass: due timers, then every item in order, then what they made ready."""
         engine = self.engine
+        state = engine.state
         now = self.clock.now_ms()
-        engine.tick(now)
+        state.now = now
+        # Each tick only when it has something to do (what `tick` looks at): most passes
+        # find no parked poll to serve, no finished job and no deadline passed.
+        if state.dirty_queues or state.finished or state.wheel.next_deadline() <= now:
+            engine.tick(now)
         commands = 0
         for item in items:
             if isinstance(item, Batch):
@@ -398,7 +405,8 @@ class EngineActor:
                 engine.webhooks.record_delivery(item)
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
-        engine.tick(now)
+        if state.dirty_queues or state.finished or state.wheel.next_deadline() <= now:
+            engine.tick(now)
         if engine.state.housekeeping_due():
             engine.state.housekeep()
         self.passes += 1

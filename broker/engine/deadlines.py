@@ -88,7 +88,10 @@ def arm_timeout(state: TimedState, job: Job, started_at: float) -> None:
     job.activation += 1
     if job.timeout:
         state.wheel.schedule(started_at + job.timeout, TIMEOUT, job, job.activation)
-    _arm_stall_check(state, job)
+    # What `_stall_interval` reads, checked here first: every claim passes here, and most
+    # jobs and queues configure no stall check.
+    if job.stall_timeout is not None or state.queue(job.queue).stall_config:
+        _arm_stall_check(state, job)
 
 
 def _arm_stall_check(state: TimedState, job: Job) -> None:
@@ -105,7 +108,7 @@ def _stall_interval(state: TimedState, job: Job) -> float | None:
     if job.stall_timeout is not None and job.stall_timeout > 0:
         return job.stall_timeout
     config = state.queue(job.queue).stall_config
-    if config.get("enabled", True) and config.get("stallInterval"):
+    if config and config.get("enabled", True) and config.get("stallInterval"):
         return float(config["stallInterval"])
     return None
 

@@ -98,19 +98,20 @@ class Graveyard:
     """Objects let go of over several passes (their last references, held here)."""
 
     def __init__(self) -> None:
-        self._lots: list[list[Any]] = []
+        # Read by EngineState.housekeeping_due on every pass (a plain list: no Python call).
+        self.lots: list[list[Any]] = []
 
     def __bool__(self) -> bool:
-        return bool(self._lots)
+        return bool(self.lots)
 
     def bury(self, objects: list[Any]) -> None:
         """Hold `objects` (the caller gives the list up) until dropped in slices."""
         if objects:
-            self._lots.append(objects)
+            self.lots.append(objects)
 
     def drop_slice(self, budget: int) -> None:
         """Let go of up to `budget` objects."""
-        lots = self._lots
+        lots = self.lots
         while lots and budget > 0:
             lot = lots[-1]
             taken = min(budget, len(lot))

@@ -61,13 +61,13 @@ class Pulls:
         for waiter in waiters:
             if not waiter.done and not waiter.session.closed:
                 waiter.done = True
-                waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
+                waiter.session.stage_reply(self._answer(waiter, [], []), waiter.req_id)
 
     def poll_timed_out(self, waiter: Waiter) -> None:
         """A parked poll's time is up: answer it with no job, unless it was answered."""
         if not waiter.done:
             waiter.done = True
-            waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
+            waiter.session.stage_reply(self._answer(waiter, [], []), waiter.req_id)
             # Answered polls leave the queue's deque from the front (timeouts expire
             # roughly in arrival order), so an idle queue polled forever stays small.
             drop_answered(self.state.queue(waiter.command.queue).waiters)
@@ -79,25 +79,31 @@ class Pulls:
                 waiter = queue.waiters.popleft()
                 if not waiter.done and not waiter.session.closed:
                     waiter.done = True
-                    waiter.session.stage_reply(self._pulled(waiter, [], []), waiter.req_id)
+                    waiter.session.stage_reply(self._answer(waiter, [], []), waiter.req_id)
 
     def pull(self, session: ReplySink, command: cmd.Pull, now: float) -> Reply | None:
         """PULL/PULLB: claim ready jobs now, or park until one arrives or the timeout passes."""
         batch = isinstance(command, cmd.PullBatch)
         count = command.count if batch else 1  # type: ignore[attr-defined]
-        waiter = Waiter(session, command.reqId, command, count, batch)
         queue = self.state.queue(command.queue)
-        jobs, tokens = self._claim(queue, waiter, now) if queue.has_ready() else ([], [])
+        if queue.has_ready():
+            jobs, tokens = self._claim(queue, session, command, count, now)
+        else:
+            jobs, tokens = [], []
         if jobs or not command.timeout:
-            return self._pulled(waiter, jobs, tokens)
+            return self._pulled(command, batch, jobs, tokens)
+        # Only a poll that parks becomes a Waiter (most PULLs of a busy queue are served now).
+        waiter = Waiter(session, command.reqId, command, count, batch)
         queue.waiters.append(waiter)
         self.state.wheel.schedule(now + command.timeout, POLL, waiter)
         return None
 
-    def _claim(self, queue: QueueState, waiter: Waiter, now: float) -> tuple[list[Job], list]:
-        """Claim up to `waiter.count` ready jobs, passing over groups at their limit."""
-        command = waiter.command
-        holder = waiter.session if command.owner is None and not command.detach else None
+    def _claim(
+        self, queue: QueueState, session: ReplySink, command: Any, count: int, now: float
+    ) -> tuple[list[Job], list]:
+        """Claim up to `count` ready jobs for `session`'s `command`, passing over groups at
+        their limit."""
+        holder = session if command.owner is None and not command.detach else None
         groups = command.group
         if queue.paused:
             return [], []
@@ -105,24 +111,27 @@ class Pulls:
         tokens: list[str | None] = []
         passed_over: list[tuple[Any, ...]] = []
         full_groups: set[str] = set()
-        while len(jobs) < waiter.count:
+        # Read once per claim, not per job (a PULLB takes up to 1000).
+        claim, owner, lock_ttl = self.state.claim, command.owner, command.lockTtl
+        limited = queue.concurrency is not None or queue.rate_limit is not None
+        while len(jobs) < count:
             entry = queue.pop_entry()
             if entry is None:
                 break
             job = entry[JOB]
             group = job.group_id
-            if self._group_is_full(queue, group, groups, now, full_groups):
+            if group is not None and self._group_is_full(queue, group, groups, now, full_groups):
                 passed_over.append(entry)
                 continue
             # The queue's limits come last: a start passed over for its group spends no token.
-            if not self._queue_admits(queue, now):
+            if limited and not self._queue_admits(queue, now):
                 queue.put_back(entry)
                 break
             if group is not None:
                 options = queue.group_options(group, groups)
                 if options is not None:
                     queue.record_start(group, options, now)
-            tokens.append(self.state.claim(job, now, command.owner, command.lockTtl, holder))
+            tokens.append(claim(job, now, owner, lock_ttl, holder))
             jobs.append(job)
             if job.repeat is not None:
                 self._add_next_occurrence(job, now)
@@ -174,9 +183,13 @@ class Pulls:
         if frees_at is not None:
             self.state.wheel.schedule(frees_at, GROUP_WAKE, queue)
 
-    def _pulled(self, waiter: Waiter, jobs: list[Job], tokens: list) -> Reply:
-        leased = waiter.command.owner is not None
-        if waiter.batch:
+    def _answer(self, waiter: Waiter, jobs: list[Job], tokens: list) -> Reply:
+        """The reply to a parked poll."""
+        return self._pulled(waiter.command, waiter.batch, jobs, tokens)
+
+    def _pulled(self, command: Any, batch: bool, jobs: list[Job], tokens: list) -> Reply:
+        leased = command.owner is not None
+        if batch:
             reply: Reply = {"ok": True, "jobs": [job.to_wire() for job in jobs]}
             if leased:
                 reply["tokens"] = tokens
@@ -194,10 +207,10 @@ class Pulls:
             waiter = waiters.popleft()
             if waiter.done or waiter.session.closed:
                 continue
-            jobs, tokens = self._claim(queue, waiter, now)
+            jobs, tokens = self._claim(queue, waiter.session, waiter.command, waiter.count, now)
             if not jobs:  # what is ready belongs to groups at their limit: keep waiting
                 waiters.appendleft(waiter)
                 break
             waiter.done = True
-            waiter.session.stage_reply(self._pulled(waiter, jobs, tokens), waiter.req_id)
+            waiter.session.stage_reply(self._answer(waiter, jobs, tokens), waiter.req_id)
         drop_answered(waiters)

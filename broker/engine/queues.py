@@ -96,8 +96,9 @@ class QueueState:
         ready = self.ready
         while ready:
             entry = heapq.heappop(ready)
-            if is_current(entry):
-                entry[JOB].ready_seq = -1
+            job = entry[JOB]
+            if job.ready_seq == entry[SEQ] and job.state in READY_STATES:  # is_current, inline
+                job.ready_seq = -1
                 return entry
         return None
 

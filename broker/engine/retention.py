@@ -80,7 +80,7 @@ class Forgetting(Protocol):
 def retain(state: Forgetting, retention: Retention, job: Job, now: float) -> None:
     """Keep a job that has just finished (after `mark_finished`) in `retention`, forgetting
     what that pushes over its caps."""
-    retention.add(job, job.completed_at or now)
+    retention.entries.append((job.completed_at or now, job.retained_seq, job))  # `add`, inline
     expire_retained(state, retention, now)
 
 
@@ -89,16 +89,18 @@ def expire_retained(state: Forgetting, retention: Retention, now: float) -> None
     comes for the next one to age out: one pending timer per Retention, unless the next
     expiry is earlier than it (a shorter maxAge)."""
     entries = retention.entries
+    kept_state = retention.state
     while entries:
         entry = entries[0]
-        if not retention.current(entry):
+        _, seq, job = entry
+        if job.state != kept_state or job.retained_seq != seq:  # `retention.current`, inline
             entries.popleft()  # the job moved on (retried, removed): nothing to forget
             retention.stale = max(retention.stale - 1, 0)
             continue
         if retention.count <= retention.limit and entry[0] + retention.max_age_ms > now:
             break
         entries.popleft()
-        state.forget(entry[2])  # leaving the state lowers retention.count
+        state.forget(job)  # leaving the state lowers retention.count
         retention.stale = max(retention.stale - 1, 0)  # ...and counted this entry stale
     expiry = retention.next_expiry()
     armed = retention.armed_at

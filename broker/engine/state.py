@@ -170,7 +170,10 @@ class EngineState:
     # -- transitions ---------------------------------------------------------------------------
 
     def _enter(self, job: Job, state: str, persist: bool = True, error: str | None = None) -> None:
-        queue = self.queue(job.queue)
+        # Every transition passes here: the queue is looked up without the call when it exists.
+        queue = self.queues.get(job.queue)
+        if queue is None:
+            queue = self.queue(job.queue)
         if job.state:
             self._leave(queue, job)
         job.state = state
@@ -275,11 +278,19 @@ class EngineState:
         if self.done_ids:
             self.done_ids.pop(job.id, None)  # the id is live again (a reused custom id)
         job.state = ""
-        self._take_keys(job, now)
-        arm_ttl(self, job)
+        # Each step only for a job that needs it: this runs for every job pushed.
+        if job.unique_key is not None or job.debounce_id is not None:
+            self._take_keys(job, now)
+        if job.ttl:
+            arm_ttl(self, job)
         self.totals["pushed"] += 1
-        self.emit("pushed", job)
-        self._wait_for_dependencies(job, now)
+        if self.emitting:  # `emit`, inline
+            self.events.append(("pushed", job, {}))
+        if job.depends_on:
+            self._wait_for_dependencies(job, now)
+        else:
+            job.pending_deps = 0
+            self.schedule(job, now)
 
     # -- restart -------------------------------------------------------------------------------
 
@@ -445,7 +456,8 @@ class EngineState:
         self.totals["pulled"] += 1
         if self.on_start is not None:
             self.on_start(now - job.run_at)
-        self.emit("active", job)
+        if self.emitting:  # `emit`, inline: this runs for every job
+            self.events.append(("active", job, {}))
         if owner is None:
             return None
         token = uuid7()
@@ -608,7 +620,8 @@ class EngineState:
     def complete(self, job: Job, now: float, result: bytes | None, remove: bool) -> None:
         """ACK: the job is done; keep it (within retention) or forget it."""
         self._end_activity(job)
-        self._free_keys(job)
+        if job.unique_key is not None or job.debounce_id is not None:  # most jobs hold no key
+            self._free_keys(job)
         if remove:
             self.forget(job)
             self._remember_done(job.id)
@@ -624,8 +637,10 @@ class EngineState:
         self.telemetry.record(job.queue, COMPLETED, now)
         if self.on_complete is not None and job.started_at is not None:
             self.on_complete(now - job.started_at)
-        self.emit("completed", job)
-        self._unblock_dependents(job, now)
+        if self.emitting:  # `emit`, inline: this runs for every job
+            self.events.append(("completed", job, {}))
+        if self.dependents:
+            self._unblock_dependents(job, now)
 
     def retry(self, job: Job, now: float) -> None:
         """FAIL with attempts left: back to delayed after the backoff."""
@@ -778,7 +793,7 @@ class EngineState:
 
     def housekeeping_due(self) -> bool:
         """Whether work is left for `housekeep` (the actor then runs passes without sleeping)."""
-        return bool(self.purges or self.graveyard or self.untidy)
+        return bool(self.purges or self.graveyard.lots or self.untidy)
 
     def housekeep(self) -> None:
         """One pass's share of housekeeping: compact what removals left mostly stale, advance

@@ -168,12 +168,13 @@ class FrontDoor:
         self._counts_failures = bool(tokens) and not preauthenticated
         # SubscribeEvents/UnsubscribeEvents are answered here on TCP; other transports send
         # them to the engine, which explains that they subscribe with `Subscribe`.
-        self._local = LOCAL_COMMANDS if events_local else LOCAL_COMMANDS[:4]
+        self.local_commands = LOCAL_COMMANDS if events_local else LOCAL_COMMANDS[:4]
+        """The command types `is_local` answers here (once authenticated)."""
 
     def is_local(self, command: object) -> bool:
         """Whether the front door answers `command` (`answer`) rather than the engine: a
         command it handles itself, or any command before the connection authenticated."""
-        return not self.authenticated or isinstance(command, self._local)
+        return not self.authenticated or isinstance(command, self.local_commands)
 
     def auth_pause(self, command: object, now: float) -> float:
         """Seconds to wait before answering `command`: a token check from a peer that failed

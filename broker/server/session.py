@@ -50,6 +50,10 @@ class Session:
         self._ready_lot = trio.lowlevel.ParkingLot()
         self._capacity_lot = trio.lowlevel.ParkingLot()
         self._flushed_lot = trio.lowlevel.ParkingLot()
+        # How many tasks wait in the capacity and flushed lots: `written` runs for every reply
+        # write and reads these ints (a ParkingLot's truth test is a Python call).
+        self._capacity_waiting = 0
+        self._flushed_waiting = 0
         self._writing = False
 
     @property
@@ -138,7 +142,11 @@ class Session:
         """Wait until another command may be read; returns how many may."""
         budget = self.budget
         while budget.room() <= 0:
-            await self._capacity_lot.park()
+            self._capacity_waiting += 1
+            try:
+                await self._capacity_lot.park()
+            finally:
+                self._capacity_waiting -= 1
         return budget.room()
 
     async def wait_output(self) -> tuple[bytes, int]:
@@ -155,7 +163,11 @@ class Session:
     async def wait_flushed(self) -> None:
         """Wait until every command read has been answered and written."""
         while self._ready or self._writing or self.budget.count:
-            await self._flushed_lot.park()
+            self._flushed_waiting += 1
+            try:
+                await self._flushed_lot.park()
+            finally:
+                self._flushed_waiting -= 1
 
     def written(self, count: int) -> None:
         """The writer sent `count` replies: give back their in-flight slots."""
@@ -164,9 +176,9 @@ class Session:
         # (the usual case) would still cost a call through Trio's KI protection.
         if count:
             self.budget.count -= count
-            if self._capacity_lot:
+            if self._capacity_waiting:
                 self._capacity_lot.unpark_all()
-        if not self._ready and self._flushed_lot:
+        if self._flushed_waiting and not self._ready:
             self._flushed_lot.unpark_all()
 
 

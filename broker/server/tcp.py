@@ -70,6 +70,9 @@ class Connection:
         # broker buffer a large one.
         self.decoder = FrameDecoder(MAX_FRAME_SIZE if not tokens else UNAUTHENTICATED_FRAME_LIMIT)
         self._frame_deadline = math.inf
+        # Whether the shared partial-frame budget counts bytes of this connection: a read that
+        # ends on a frame boundary (the usual one) then need not tell the budget anything.
+        self._partial_held = False
         self._nursery: trio.Nursery | None = None
         self.events: Subscription | None = None  # SubscribeEvents
 
@@ -131,12 +134,16 @@ class Connection:
                 return
             self.session.reply_now({"ok": False, "error": str(exc)}, None)
             raise EndConnection from None
-        if decoder.buffered and (payloads or not was_partial):
+        buffered = decoder.buffered
+        if buffered and (payloads or not was_partial):
             self._frame_deadline = trio.current_time() + PARTIAL_FRAME_TIMEOUT_S
-        if not self.guards.partial_frames.hold(self, decoder.buffered):
-            self.guards.partial_frames.hold(self, 0)
-            self.session.reply_now({"ok": False, "error": SERVER_BUSY}, None)
-            raise EndConnection
+        if buffered or self._partial_held:
+            if not self.guards.partial_frames.hold(self, buffered):
+                self.guards.partial_frames.hold(self, 0)
+                self._partial_held = False
+                self.session.reply_now({"ok": False, "error": SERVER_BUSY}, None)
+                raise EndConnection
+            self._partial_held = buffered > 0
         await self._handle(payloads)
 
     async def _handle(self, payloads: list[bytes]) -> None:
@@ -144,6 +151,7 @@ class Connection:
         not) takes an in-flight slot until its reply is written, so a client that does not read
         its replies stops being read."""
         door, budget = self.door, self.door.in_flight
+        local = door.local_commands
         commands: list[object] = []
         for payload in payloads:
             if budget.count + len(commands) >= budget.limit:
@@ -153,7 +161,8 @@ class Connection:
                 if budget.room() <= 0:
                     await self.session.wait_capacity()
             command = decode_command(payload)
-            if door.is_local(command):
+            # `door.is_local(command)`, inline (it runs for every command)
+            if not door.authenticated or isinstance(command, local):
                 await self._answer(command)
             else:
                 commands.append(command)

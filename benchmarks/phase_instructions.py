@@ -1,0 +1,179 @@
+"""Instructions per request of one phase, old build against new, callgrind counting that phase only.
+
+    python -m benchmarks.phase_instructions OLD_ROOT NEW_ROOT [--requests 1000]
+                                            [--scenarios count,push,pull,ack,pullb,ackb,mixed]
+
+Like `benchmarks.instructions` (same roots), but valgrind runs with `--instr-atstart=no` and a
+tiny helper compiled here with the system's C compiler switches callgrind's instrumentation on
+just before the measured phase and off after it, so a run needs no second size to cancel
+start-up out, and start-up runs uninstrumented (several times faster on a busy machine). The
+phase sends each frame as a connection's batch that the parked actor runs inline
+(`submit_inline`: decode, pass, commit call, reply encoded through the TCP session) with no
+scheduler turn between them, so the count is the engine's and the codec's cost per request.
+
+Scenarios: `count` (a Count command: what every request pays, whatever it does), `push`, `pull`
+(PULL of a filled queue), `ack`, `pullb` and `ackb` (PULLB of 100 / ACKB of 100 ids, per job),
+`mixed` (a long poll parks, a PUSH is handed to it, the worker ACKs: per job, the three requests
+and the actor's wake-ups for the poll's timer). Needs valgrind and its headers
+(`valgrind/callgrind.h`) and a C compiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+SCENARIOS = ("count", "push", "pull", "ack", "pullb", "ackb", "mixed")
+PULL_BATCH = 100
+HELPER = """
+#include <valgrind/callgrind.h>
+void start(void) { CALLGRIND_START_INSTRUMENTATION; }
+void stop(void) { CALLGRIND_STOP_INSTRUMENTATION; }
+"""
+
+
+def build_helper(directory: str) -> str:
+    """Compile the start/stop helper into `directory`; returns the library's path."""
+    source = os.path.join(directory, "toggle.c")
+    library = os.path.join(directory, "libtoggle.so")
+    with open(source, "w") as file:
+        file.write(HELPER)
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", library, source], check=True)
+    return library
+
+
+def workload(root: str, scenario: str, count: int, helper: str) -> None:
+    """The measured run (in the child process under valgrind), against the build at `root`."""
+    sys.path.insert(0, root)
+    import ctypes
+
+    import msgspec
+    import trio
+    import trio.testing
+
+    import broker.app  # noqa: F401  # everything a broker process has loaded (same heap for GC)
+    from broker.clock import Clock
+    from broker.engine.actor import Batch, EngineActor
+    from broker.engine.core import Engine
+    from broker.server.frontdoor import InFlight
+    from broker.server.session import Session
+    from protocol import decode_command
+
+    toggle = ctypes.CDLL(helper)
+    replies: list[dict[str, Any]] = []
+
+    class Sink(Session):
+        """The TCP session, also keeping each reply (to read ids and check it)."""
+
+        def stage_reply(self, reply: dict[str, Any], req_id: object) -> None:
+            replies.append(reply)
+            self.budget.count += 1  # taken by the reader in a broker, given back by written()
+            super().stage_reply(reply, req_id)
+
+    def frame(**fields: object) -> bytes:
+        return msgspec.msgpack.encode({**fields, "reqId": "00000001"})
+
+    async def main() -> None:
+        actor = EngineActor(Engine(), Clock(), None)
+        sink = Sink(actor.outbox, InFlight(), direct_send=len)
+
+        async def inline(payload: bytes) -> None:
+            batch = Batch(sink, [decode_command(payload)])
+            actor._inline_spent = False  # as on the scheduler's next turn
+            while not actor.submit_inline(batch):  # woken for a new timer: let it park again
+                await trio.testing.wait_all_tasks_blocked()
+                actor._inline_spent = False
+
+        async def phase(payloads: list[bytes], measured: bool) -> None:
+            await trio.testing.wait_all_tasks_blocked()
+            if measured:
+                toggle.start()
+            for payload in payloads:
+                await inline(payload)
+            if measured:
+                toggle.stop()
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.run)
+            data = {"t": 1.5, "body": "x" * 80}  # the loadgen's job data
+            if scenario == "count":
+                await phase([frame(cmd="Count", queue="q") for _ in range(count)], True)
+            elif scenario == "mixed":
+                pull = frame(cmd="PULL", queue="q", timeout=60_000)
+                push = frame(cmd="PUSH", queue="q", data=data)
+                await trio.testing.wait_all_tasks_blocked()
+                toggle.start()
+                for _ in range(count):
+                    await inline(pull)
+                    await inline(push)
+                    await inline(frame(cmd="ACK", id=replies[-2]["id"]))  # the PUSH's id
+                toggle.stop()
+            else:
+                pushes = [frame(cmd="PUSH", queue="q", data=data) for _ in range(count)]
+                await phase(pushes, scenario == "push")
+                ids = [reply["id"] for reply in replies]
+                if scenario in ("pull", "ack"):
+                    await phase([frame(cmd="PULL", queue="q") for _ in ids], scenario == "pull")
+                if scenario == "ack":
+                    await phase([frame(cmd="ACK", id=job_id) for job_id in ids], True)
+                chunks = [ids[at : at + PULL_BATCH] for at in range(0, count, PULL_BATCH)]
+                if scenario in ("pullb", "ackb"):
+                    pulls = [frame(cmd="PULLB", queue="q", count=PULL_BATCH) for _ in chunks]
+                    await phase(pulls, scenario == "pullb")
+                if scenario == "ackb":
+                    await phase([frame(cmd="ACKB", ids=chunk) for chunk in chunks], True)
+            failed = [reply for reply in replies if not reply["ok"]]
+            assert not failed and not sink._ready, failed[:1]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def count_instructions(root: str, scenario: str, count: int, helper: str) -> float:
+    """Instructions callgrind counted in the measured phase, per request (per job for
+    PULLB, ACKB and mixed)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = os.path.join(scratch, "callgrind.out")
+        run = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+             sys.executable, "-m", "benchmarks.phase_instructions", "--workload", root, scenario,
+             str(count), helper],
+            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+        )  # fmt: skip
+    total = int(re.search(r"Collected : (\d+)", run.stderr).group(1))  # type: ignore[union-attr]
+    return total / count
+
+
+def main() -> int:
+    """Entry point: print the table."""
+    if len(sys.argv) > 1 and sys.argv[1] == "--workload":
+        workload(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.phase_instructions")
+    parser.add_argument("old")
+    parser.add_argument("new")
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        helper = build_helper(scratch)
+        for scenario in args.scenarios.split(","):
+            old, new = (count_instructions(root, scenario, args.requests, helper)
+                        for root in (args.old, args.new))  # fmt: skip
+            print(f"{scenario}: {old:,.0f} -> {new:,.0f}", file=sys.stderr)
+            rows.append((scenario, old, new))
+    print("| scenario | old instr/request | new instr/request | change |")
+    print("|---|---:|---:|---:|")
+    for scenario, old, new in rows:
+        print(f"| {scenario} | {old:,.0f} | {new:,.0f} | {new / old - 1:+.2%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
