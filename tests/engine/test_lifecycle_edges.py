@@ -153,3 +153,81 @@ async def test_a_wait_answered_early_leaves_no_timer_error(
         await trio.sleep(2)  # the answered wait's timer fires: nothing left to answer
         assert (await waiter.call("Ping"))["ok"] is True
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+async def test_get_logs_end_is_inclusive(client: FrameClient) -> None:
+    job_id = await push(client)
+    for i in range(5):
+        await client.call("AddLog", id=job_id, message=f"m{i}")
+    assert await logs_of(client, job_id, start=0, end=1) == (["m0", "m1"], 5)
+    assert await logs_of(client, job_id, end=-2) == (["m0", "m1", "m2", "m3"], 5)
+    reply = await client.call("GetLogs", id=job_id, start=4)
+    assert reply["ok"] is True and len(reply["data"]["logs"]) == 1
+
+
+async def test_extend_lock_without_duration_renews_its_ttl(
+    client: FrameClient, autojump_clock
+) -> None:
+    await push(client)
+    job_id, token = await lease(client, ttl=1000)
+    await trio.sleep(0.9)
+    assert (await client.call("ExtendLock", id=job_id, token=token))["ok"] is True
+    await trio.sleep(0.9)
+    assert await state_of(client, job_id) == "active"
+    await trio.sleep(0.2)
+    assert await state_of(client, job_id) == "waiting"
+
+
+async def test_leased_job_moves_and_is_discarded_with_its_token(client: FrameClient) -> None:
+    await push(client)
+    job_id, token = await lease(client)
+    assert (await client.call("MoveToWait", id=job_id, token=token))["ok"] is True
+    assert await state_of(client, job_id) == "waiting"
+    job_id, token = await lease(client)
+    assert (await client.call("Discard", id=job_id, token=token))["ok"] is True
+    job = await get_job(client, job_id)
+    assert (job["state"], job["failedReason"]) == ("failed", "Job discarded")
+
+
+async def test_discard_and_get_progress_refuse_unknown_or_finished_jobs(
+    client: FrameClient,
+) -> None:
+    assert (await client.call("Discard", id="ghost"))["error"] == "Job not found"
+    job_id = await push(client)
+    waiting = await client.call("GetProgress", id=job_id)
+    assert waiting["error"] == "Job not found or not active"
+    ghost = await client.call("GetProgress", id="ghost")
+    assert ghost["error"] == "Job not found or not active"
+    await client.call("PULL", queue="q")
+    await client.call("ACK", id=job_id)
+    assert (await client.call("Discard", id=job_id))["error"] == "Job not found"
+    assert await state_of(client, job_id) == "completed"
+
+
+async def test_promote_jobs_of_an_unknown_queue(client: FrameClient) -> None:
+    reply = await client.call("PromoteJobs", queue="nothing-here")
+    assert without_req_id(reply) == {"ok": True, "count": 0}
+
+
+async def test_a_waiter_on_another_job_is_kept(connect: Connect, autojump_clock) -> None:
+    waiter = await connect()
+    worker = await connect()
+    watched = await push(worker)
+    other = await push(worker)
+    await waiter.send({"cmd": "WaitJob", "id": watched, "timeout": 10_000, "reqId": "w"})
+    await worker.call("PULLB", queue="q", count=2)
+    assert (await worker.call("ACK", id=other))["ok"] is True
+    assert (await worker.call("ACK", id=watched, result="r"))["ok"] is True
+    assert (await waiter.receive_for("w"))["result"] == "r"
+
+
+async def test_cleared_logs_stay_cleared(sqlite_broker: Broker, autojump_clock) -> None:
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        job_id = await push(client)
+        for i in range(3):
+            await client.call("AddLog", id=job_id, message=f"m{i}")
+        assert (await client.call("ClearLogs", id=job_id, keepLogs=1))["ok"] is True
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        assert await logs_of(client, job_id) == (["m2"], 1)
