@@ -96,3 +96,14 @@ async def test_ackb_without_tokens_or_results(client: FrameClient) -> None:
     assert without_req_id(await client.call("ACKB", ids=ids)) == {"ok": True}
     assert [await state_of(client, i) for i in ids] == ["completed", "completed"]
     assert (await client.call("GetResult", id=ids[0]))["result"] is None
+
+
+async def test_a_late_ack_is_a_successful_no_op(client: FrameClient, autojump_clock) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await trio.sleep(1.001)  # the processing timeout finalised the attempt
+    late = await client.call("ACK", id=job_id, result="too late")
+    assert without_req_id(late) == {
+        "ok": True, "data": {"applied": False, "reason": "already-finalized"},
+    }  # fmt: skip
+    assert await state_of(client, job_id) == "failed"
