@@ -20,9 +20,7 @@ async def test_a_leased_poll_that_times_out(client: FrameClient, autojump_clock)
     assert without_req_id(reply) == {"ok": True, "jobs": []}
 
 
-async def test_a_parked_leased_pullb_gets_a_working_token(
-    connect: Connect, autojump_clock
-) -> None:
+async def test_a_parked_leased_pullb_gets_a_working_token(connect: Connect, autojump_clock) -> None:
     worker = await connect()
     producer = await connect()
     await worker.send(
