@@ -107,3 +107,12 @@ async def test_a_late_ack_is_a_successful_no_op(client: FrameClient, autojump_cl
         "ok": True, "data": {"applied": False, "reason": "already-finalized"},
     }  # fmt: skip
     assert await state_of(client, job_id) == "failed"
+
+
+async def test_job_heartbeat_batch_with_fewer_tokens_than_ids(client: FrameClient) -> None:
+    await push(client)
+    await push(client)
+    reply = await client.call("PULLB", queue="q", count=2, owner="w")
+    ids = [job["id"] for job in reply["jobs"]]
+    beat = await client.call("JobHeartbeatB", ids=ids, tokens=reply["tokens"][:1])
+    assert without_req_id(beat) == {"ok": True, "data": {"ok": True, "count": 1}}
