@@ -1,0 +1,58 @@
+"""PULL and PULLB at their edges: the exact replies of leased and parked polls, and parked
+polls answered by a timeout, a push or an Obliterate (in-memory connections, MockClock)."""
+
+from __future__ import annotations
+
+import trio
+
+from tests.conftest import Connect
+from tests.engine.test_lifecycle_edges import without_req_id
+from tests.engine.test_push_pull import push
+from tests.support.client import FrameClient
+
+
+async def test_a_leased_poll_that_times_out(client: FrameClient, autojump_clock) -> None:
+    reply = await client.call("PULL", queue="q", owner="w", timeout=1000)
+    assert without_req_id(reply) == {"ok": True, "job": None, "token": None}
+    reply = await client.call("PULLB", queue="q", count=3, owner="w", timeout=1000)
+    assert without_req_id(reply) == {"ok": True, "jobs": [], "tokens": []}
+    reply = await client.call("PULLB", queue="q", count=3, timeout=1000)
+    assert without_req_id(reply) == {"ok": True, "jobs": []}
+
+
+async def test_a_parked_leased_pullb_gets_a_working_token(connect: Connect, autojump_clock) -> None:
+    worker = await connect()
+    producer = await connect()
+    await worker.send(
+        {"cmd": "PULLB", "queue": "q", "count": 2, "owner": "w", "timeout": 9000, "reqId": "p"}
+    )
+    await trio.sleep(1)
+    job_id = await push(producer)
+    reply = await worker.receive_for("p")
+    assert [job["id"] for job in reply["jobs"]] == [job_id] and len(reply["tokens"]) == 1
+    assert (await worker.call("ACK", id=job_id, token=reply["tokens"][0]))["ok"] is True
+
+
+async def test_polls_behind_a_timed_out_one_are_still_served(
+    connect: Connect, autojump_clock
+) -> None:
+    worker = await connect()
+    producer = await connect()
+    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 1000, "reqId": "short"})
+    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "long"})
+    assert (await worker.receive_for("short"))["job"] is None
+    await trio.sleep(5)
+    job_id = await push(producer)
+    assert (await worker.receive_for("long"))["job"]["id"] == job_id
+
+
+async def test_obliterate_answers_the_parked_polls(connect: Connect, autojump_clock) -> None:
+    worker = await connect()
+    admin = await connect()
+    await worker.send(
+        {"cmd": "PULLB", "queue": "q", "count": 2, "owner": "w", "timeout": 60_000, "reqId": "p"}
+    )
+    await trio.sleep(1)
+    assert (await admin.call("Obliterate", queue="q"))["ok"] is True
+    reply = await worker.receive_for("p")
+    assert without_req_id(reply) == {"ok": True, "jobs": [], "tokens": []}
