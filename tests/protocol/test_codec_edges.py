@@ -1,0 +1,62 @@
+"""The codec's error wording at its edges, as the reference (JavaScript) words it, and the
+frame-size error a caller may recover from (each case pinned because `make mutation` showed it
+unpinned)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+import pytest
+
+from protocol import decode_command
+from protocol.codec import Rejected, readable_validation_error
+from protocol.errors import FrameTooLarge
+
+
+def rejection(message: dict[str, Any]) -> Rejected:
+    result = decode_command(msgspec.msgpack.encode(message))
+    assert isinstance(result, Rejected), result
+    return result
+
+
+@pytest.mark.parametrize(
+    ("cmd", "error"),
+    [
+        (math.inf, "Unknown command: Infinity"),
+        (-math.inf, "Unknown command: -Infinity"),
+        (math.nan, "Invalid command"),  # NaN is falsy in JavaScript: `if (!command.cmd)`
+        (-2.5, "Unknown command: -2.5"),
+        (2**40, "Unknown command: 1099511627776"),
+    ],
+)
+def test_a_numeric_cmd_is_named_as_javascript_prints_it(cmd: Any, error: str) -> None:
+    assert rejection({"cmd": cmd, "reqId": "r"}) == Rejected("r", error)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Expected `array | null`, got `int` - at `$.jobs`", "jobs must be an array"),
+        ("Expected `object`, got `str` - at `$.jobs[2]`", "jobs[2] must be an object"),
+        ("Expected `str | bool`, got `int` - at `$.a.b`", "a.b must be a string or a boolean"),
+        ("Expected `int | null`, got `str` - at `$.n`", "n must be int"),
+        ("Object missing required field `id`", "Object missing required field `id`"),
+    ],
+)
+def test_a_type_error_reads_as_a_rule_on_the_field(text: str, words: str) -> None:
+    assert readable_validation_error(text) == words
+
+
+def test_a_pushf_node_that_is_not_a_map_is_named_by_index() -> None:
+    error = rejection({"cmd": "PUSHF", "jobs": [{"id": "a", "queue": "q", "input": {}}, 5]}).error
+    assert error == "jobs[1] must be an object"
+
+
+def test_frame_too_large_names_both_sizes_and_holds_nothing_by_default() -> None:
+    error = FrameTooLarge(70_000_000, 67_108_864)
+    assert str(error) == "Frame too large: 70000000 bytes exceeds maximum 67108864"
+    assert (error.size, error.limit, error.complete, error.rest) == (
+        70_000_000, 67_108_864, [], b"",
+    )  # fmt: skip
