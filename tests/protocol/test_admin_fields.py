@@ -60,6 +60,7 @@ def error_of(message: dict[str, Any]) -> str:
          "end must be a non-negative safe integer"),
         ({"cmd": "Metrics", **Q, "type": "failed", "start": math.nan},
          "start must be a finite number"),
+        ({"cmd": "Metrics", **Q, "type": "failed", "start": WRONG}, "start must be a number"),
     ],
 )  # fmt: skip
 def test_a_bad_admin_field_is_named(message: dict[str, Any], error: str) -> None:

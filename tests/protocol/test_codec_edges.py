@@ -28,6 +28,7 @@ def rejection(message: dict[str, Any]) -> Rejected:
         (-math.inf, "Unknown command: -Infinity"),
         (math.nan, "Invalid command"),  # NaN is falsy in JavaScript: `if (!command.cmd)`
         (-2.5, "Unknown command: -2.5"),
+        (2.0, "Unknown command: 2"),  # a whole float prints without a decimal point
         (2**40, "Unknown command: 1099511627776"),
     ],
 )

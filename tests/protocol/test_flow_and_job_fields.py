@@ -113,6 +113,9 @@ def test_a_flow_holds_at_most_64_mib_of_data_in_all() -> None:
         ({"cmd": "WaitJob", "id": "j", "timeout": math.inf}, "timeout must be a finite number"),
         ({"cmd": "SetWebhookEnabled", "enabled": True}, "id is required"),
         ({"cmd": "Discard"}, "id is required"),
+        ({"cmd": "JobHeartbeatB", "ids": ["a"], "tokens": [5]}, "tokens[] must be a string"),
+        ({"cmd": "JobHeartbeatB", "ids": ["a"], "tokens": "t"}, "tokens must be an array"),
+        ({"cmd": "JobHeartbeatB", "ids": "a"}, "ids must be an array of strings"),
     ],
 )  # fmt: skip
 def test_a_bad_job_field_is_named(message: dict[str, Any], error: str) -> None:
@@ -132,6 +135,7 @@ def test_job_commands_keep_their_values() -> None:
     log = decode({"cmd": "AddLog", "id": "j", "token": "t", "message": "m", "level": "error"})
     assert (log.id, log.token, log.message, log.level) == ("j", "t", "m", "error")
     assert decode({"cmd": "ClearLogs", "id": "j", "keepLogs": "2.5"}).keepLogs == 2
+    assert decode({"cmd": "ClearLogs", "id": "j", "keepLogs": 1}).keepLogs == 1
     update = decode({"cmd": "Update", "id": "j", "data": {"k": [1, 2]}})
     assert msgspec.msgpack.decode(update.data) == {"k": [1, 2]}
     progress = decode({"cmd": "Progress", "id": "j", "progress": "42.5", "message": "m" * 4096})
