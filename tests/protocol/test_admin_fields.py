@@ -96,6 +96,8 @@ def test_metrics_and_trims_read_safe_integers() -> None:
     ranged = decode({"cmd": "Metrics", **Q, "type": "failed", "start": "3", "end": 0})
     assert (ranged.start, ranged.end) == (3, 0)
     assert isinstance(ranged.start, int)
+    every = decode({"cmd": "Metrics", **Q, "type": "completed", "start": 0, "end": -1})
+    assert (every.start, every.end) == (0, -1)  # -1: to the oldest minute
     big = decode({"cmd": "Metrics", **Q, "type": "failed", "end": float(2**40)}).end
     assert big == 2**40 and isinstance(big, int)
     assert decode({"cmd": "TrimEvents", **Q, "maxLength": "5"}).maxLength == 5
