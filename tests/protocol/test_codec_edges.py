@@ -61,3 +61,23 @@ def test_frame_too_large_names_both_sizes_and_holds_nothing_by_default() -> None
     assert (error.size, error.limit, error.complete, error.rest) == (
         70_000_000, 67_108_864, [], b"",
     )  # fmt: skip
+
+
+TOO_LONG = "reqId too long (max 256 characters)"
+
+
+def test_a_req_id_of_256_characters_is_echoed_on_a_rejection_too() -> None:
+    assert rejection({"cmd": "nope", "reqId": "r" * 256}) == Rejected(
+        "r" * 256, "Unknown command: nope"
+    )
+    assert rejection({"cmd": "nope", "reqId": "r" * 257}) == Rejected(None, TOO_LONG)
+
+
+def test_a_req_id_that_is_not_a_string_may_take_256_bytes() -> None:
+    # A bin of 254 bytes takes 256 bytes of MessagePack (2 of header); one byte more is too long,
+    # on the fast path (a valid command) and on the slow one (a rejection) alike.
+    fits, too_long = b"r" * 254, b"r" * 255
+    assert decode_command(msgspec.msgpack.encode({"cmd": "Ping", "reqId": fits})).reqId == fits
+    assert rejection({"cmd": "nope", "reqId": fits}) == Rejected(fits, "Unknown command: nope")
+    for cmd in ("Ping", "nope"):
+        assert rejection({"cmd": cmd, "reqId": too_long}) == Rejected(None, TOO_LONG)

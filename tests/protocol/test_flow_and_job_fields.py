@@ -149,3 +149,10 @@ def test_job_commands_keep_their_values() -> None:
     assert (enabled.id, enabled.enabled) == ("w", True)
     promoted = decode({"cmd": "PromoteJobs", "queue": "q", "count": 0})
     assert (promoted.queue, promoted.count) == ("q", 0)
+
+
+def test_a_webhook_url_of_2048_characters_is_accepted() -> None:
+    url = "http://example.test/" + "a" * (2048 - len("http://example.test/"))
+    hook = {"cmd": "AddWebhook", "url": url, "events": ["*"]}
+    assert decode(hook).url == url
+    assert error_of({**hook, "url": url + "a"}) == "Webhook URL too long (max 2048 characters)"
