@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from protocol import decode_command
-from protocol.codec import Rejected, readable_validation_error
+from protocol.codec import Rejected, decode_any, readable_validation_error
 from protocol.errors import FrameTooLarge
 
 
@@ -81,3 +81,33 @@ def test_a_req_id_that_is_not_a_string_may_take_256_bytes() -> None:
     assert rejection({"cmd": "nope", "reqId": fits}) == Rejected(fits, "Unknown command: nope")
     for cmd in ("Ping", "nope"):
         assert rejection({"cmd": cmd, "reqId": too_long}) == Rejected(None, TOO_LONG)
+
+
+def with_bad_utf8(message: dict[str, Any]) -> bytes:
+    """`message` encoded, its "MARK" string replaced by two bytes that are not UTF-8."""
+    return msgspec.msgpack.encode(message).replace(msgspec.msgpack.encode("MARK"), b"\xa2\xff\xfe")
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({"cmd": "ACK", "id": "j", "result": "MARK"},
+         "result is not valid MessagePack (strings must be UTF-8)"),
+        ({"cmd": "ACKB", "ids": ["a", "b"], "results": [1, {"k": "MARK"}]},
+         "results[] is not valid MessagePack (strings must be UTF-8)"),
+    ],
+)  # fmt: skip
+def test_a_result_workers_could_not_decode_is_refused(message: dict[str, Any], error: str) -> None:
+    assert decode_command(with_bad_utf8({**message, "reqId": "r"})) == Rejected("r", error)
+
+
+def test_fail_keeps_every_stack_line_as_text() -> None:
+    fail = decode_command(msgspec.msgpack.encode({"cmd": "FAIL", "id": "j", "stack": [1, "at f"]}))
+    assert fail.stack == ["1", "at f"]
+
+
+def test_decode_any_reads_plain_values_and_js_undefined_as_none() -> None:
+    undefined = msgspec.msgpack.Ext(0, b"\x00")
+    assert decode_any(msgspec.msgpack.encode({"a": [1, "x"], "u": undefined})) == {
+        "a": [1, "x"], "u": None,
+    }  # fmt: skip
