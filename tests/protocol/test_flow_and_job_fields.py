@@ -156,3 +156,37 @@ def test_a_webhook_url_of_2048_characters_is_accepted() -> None:
     hook = {"cmd": "AddWebhook", "url": url, "events": ["*"]}
     assert decode(hook).url == url
     assert error_of({**hook, "url": url + "a"}) == "Webhook URL too long (max 2048 characters)"
+
+
+def pull_group(group: Any) -> dict[str, Any]:
+    return {"cmd": "PULL", "queue": "q", "group": group}
+
+
+@pytest.mark.parametrize(
+    ("group", "error"),
+    [
+        ([], "group must be an object"),
+        ({"concurrency": 0.5}, "group.concurrency must be at least 1"),
+        ({"limit": 5}, "group.limit must be an object"),
+        ({"limit": {"max": 1}}, "group.limit.duration must be a number"),
+        ({"limit": {"max": 1, "duration": 0}}, "group.limit.duration must be greater than 0"),
+        ({"limit": {"max": 1, "duration": -1}}, "group.limit.duration must be greater than 0"),
+        ({"limit": {"max": 1, "duration": math.inf}},
+         "group.limit.duration must be a finite number"),
+        ({"limit": {"duration": 1000}}, "group.limit.max must be a number"),
+        ({"limit": {"max": 0, "duration": 1000}}, "group.limit.max must be at least 1"),
+    ],
+)  # fmt: skip
+def test_a_bad_pull_group_option_is_named(group: Any, error: str) -> None:
+    assert error_of(pull_group(group)) == error
+
+
+def test_pull_group_options_keep_whole_counts_and_the_duration() -> None:
+    group = decode(pull_group({"concurrency": 2.7, "limit": {"max": "3.9", "duration": 0.5}}))
+    assert group.group == {"concurrency": 2, "limit": {"max": 3, "duration": 0.5}}
+    assert decode(pull_group({"concurrency": 1})).group == {"concurrency": 1}
+    assert decode(pull_group({"limit": {"max": 1, "duration": 1}})).group == {
+        "limit": {"max": 1, "duration": 1}
+    }
+    assert decode(pull_group({})).group == {}
+    assert decode({"cmd": "PULL", "queue": "q"}).group is None
