@@ -111,3 +111,22 @@ def test_decode_any_reads_plain_values_and_js_undefined_as_none() -> None:
     assert decode_any(msgspec.msgpack.encode({"a": [1, "x"], "u": undefined})) == {
         "a": [1, "x"], "u": None,
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [
+        (float(-(2**31)), -(2**31)),  # whole floats within 32 bits become ints, both ends
+        (float(2**32 - 1), 2**32 - 1),
+        (float(2**32), float(2**32)),  # beyond 32 bits a whole number stays a float
+        (2**32, float(2**32)),  # and an int goes out as one (msgpackr reads int64 as BigInt)
+        (-(2**31) - 1, float(-(2**31) - 1)),
+        (2**53 - 1, float(2**53 - 1)),
+        (2**60, 2**60),  # past 2**53 a float would lose digits: the int is kept
+    ],
+)
+def test_numbers_keep_the_type_javascript_can_read(sent: Any, kept: Any) -> None:
+    push = decode_command(
+        msgspec.msgpack.encode({"cmd": "PUSH", "queue": "q", "data": 1, "priority": sent})
+    )
+    assert push.priority == kept and type(push.priority) is type(kept)
