@@ -130,3 +130,10 @@ def test_numbers_keep_the_type_javascript_can_read(sent: Any, kept: Any) -> None
         msgspec.msgpack.encode({"cmd": "PUSH", "queue": "q", "data": 1, "priority": sent})
     )
     assert push.priority == kept and type(push.priority) is type(kept)
+
+
+def test_a_job_with_options_but_no_dedup_gets_the_empty_dedup_settings() -> None:
+    push = decode_command(
+        msgspec.msgpack.encode({"cmd": "PUSH", "queue": "q", "data": 1, "priority": 2})
+    )
+    assert push.dedup == {"ttl": None, "extend": False, "replace": False}
