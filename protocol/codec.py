@@ -99,7 +99,8 @@ def unknown_command(cmd: Any) -> str:
     if isinstance(cmd, bool):
         text = "true" if cmd else "false"
     elif isinstance(cmd, int | float):
-        text = js_text(cmd) if math.isfinite(cmd) else str(cmd)
+        # JavaScript's names for the infinities (NaN never gets here: falsy, `Invalid command`).
+        text = js_text(cmd) if math.isfinite(cmd) else ("Infinity" if cmd > 0 else "-Infinity")
     elif isinstance(cmd, str):
         text = cmd if len(cmd) <= MAX_SHOWN_NAME else cmd[:MAX_SHOWN_NAME] + "..."
     else:
@@ -125,7 +126,7 @@ def explain_rejection(payload: bytes) -> Rejected:
     if req_id is not None and not req_id_fits(req_id):
         return Rejected(None, REQ_ID_TOO_LONG)
     cmd = envelope.cmd
-    if not cmd:
+    if not cmd or cmd != cmd:  # NaN is falsy in JavaScript too
         return Rejected(req_id, "Invalid command")
     if not isinstance(cmd, str) or cmd not in COMMAND_NAMES:
         return Rejected(req_id, unknown_command(cmd))

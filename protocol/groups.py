@@ -37,7 +37,9 @@ def group_id(value: Any) -> str:
 def positive_safe_integer(value: Any, field: str) -> int:
     """A whole number from 1 to 2**53 - 1 (the reference's rule: no strings, no fractions)."""
     ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or value != int(value) or not 0 < value <= MAX_SAFE_INTEGER:
+    # The range check comes before int(): it refuses NaN and the infinities, which int() cannot
+    # convert (an OverflowError would escape decode_command).
+    if not ok or not 0 < value <= MAX_SAFE_INTEGER or value != int(value):
         raise CommandError(f"{field} must be a positive safe integer")
     return int(value)
 
