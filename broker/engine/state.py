@@ -105,6 +105,8 @@ class EngineState:
         self.tracking = False
         # The time of the current pass (Engine.tick sets it), for job timelines.
         self.now = 0.0
+        # The timeline of the job that last entered its first state (see `_record`).
+        self._first_entry: tuple[Any, ...] = ("", 0.0, None)
         self.changed: dict[str, Job] = {}
         self.deleted: set[str] = set()
         # Jobs that completed, failed or were removed since the engine last looked (WaitJob).
@@ -198,6 +200,12 @@ class EngineState:
         a job re-placed in its own state, is no transition."""
         timeline = job.timeline
         if timeline and timeline[-TIMELINE_ENTRY] == state:
+            return
+        if not timeline:  # a new job: jobs entering the same state at once share one tuple
+            first = self._first_entry
+            if first[0] != state or first[1] != self.now or first[2] != error:
+                first = self._first_entry = (state, self.now, error)
+            job.timeline = first
             return
         if len(timeline) >= MAX_TIMELINE * TIMELINE_ENTRY:
             timeline = timeline[TIMELINE_ENTRY:]
@@ -387,7 +395,8 @@ class EngineState:
                 waiting = self.dependents.setdefault(dep_id, [])
                 if job.id not in waiting:
                     waiting.append(job.id)
-        job.pending_deps = pending
+        if pending or job.pending_deps:  # a rare field: left at its default when it is one
+            job.pending_deps = pending
         if pending:
             self._enter(job, WAITING_CHILDREN)
         else:
@@ -440,7 +449,8 @@ class EngineState:
             self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
         job.started_at = now
         job.last_heartbeat = now
-        job.late_open = False
+        if job.late_open:  # a rare field (model.py): written only to change it
+            job.late_open = False
         arm_timeout(self, job, now)
         self.totals["pulled"] += 1
         if self.on_start is not None:
@@ -579,8 +589,9 @@ class EngineState:
             self.untidy.add(wheel)
 
     def _end_activity(self, job: Job) -> None:
-        job.lock_token = None
-        job.lock_owner = None
+        if job.lock_token is not None:
+            job.lock_token = None
+            job.lock_owner = None  # a rare field (model.py): only a leased job has one set
         holder = job.holder
         if holder is not None:
             held = self.holdings.get(holder)
