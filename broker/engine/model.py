@@ -217,23 +217,23 @@ def options_for(values: tuple[Any, ...]) -> Options:
     return options_of(values)
 
 
-# Written on the hot paths (push, claim, ack) or held by every job: slots.
+# Held by every job, or written for most jobs before they start: slots.
 SLOTS = (
     "id", "queue", "name", "data", "created_at", "run_at", "state", "timeline", "ready_seq",
-    "timer_token", "last_heartbeat", "started_at", "completed_at", "holder", "lock_token",
-    "activation", "result", "progress", "retained_seq", "opts",
+    "timer_token", "last_heartbeat", "opts",
 )  # fmt: skip
-_SLOT_DEFAULTS: dict[str, Any] = {
-    "state": WAITING, "timeline": (), "ready_seq": -1, "timer_token": 0, "last_heartbeat": 0,
+# Set on few jobs, or only once a job runs (a waiting job has none of them): class-level
+# defaults, in the instance's `__dict__` once set.
+RARE: dict[str, Any] = {
     "started_at": None, "completed_at": None, "holder": None, "lock_token": None,
     "activation": 0, "result": None, "progress": 0, "retained_seq": 0,
-}  # fmt: skip
-# Set on few jobs: class-level defaults, in the instance's `__dict__` once set.
-RARE: dict[str, Any] = {
     "attempts": 0, "stall_count": 0, "progress_message": None, "failed_reason": None,
     "stacktrace": None, "pending_deps": 0, "lock_owner": None, "lock_ttl": 0,
     "lock_expires_at": 0, "logs": None, "late_open": False, "late_token": None,
     "child_failures": None, "ignored_failures": None, "dlq_retries": 0,
+}  # fmt: skip
+_SLOT_DEFAULTS: dict[str, Any] = {
+    "state": WAITING, "timeline": (), "ready_seq": -1, "timer_token": 0,
 }  # fmt: skip
 
 # Every field in the order of the former single-class Job (stored rows are positional:
@@ -261,27 +261,26 @@ class Job:
     data: bytes
     created_at: float
     run_at: float
-    # Life-cycle fields.
     state: str
-    started_at: float | None
-    completed_at: float | None
-    progress: float
     last_heartbeat: float
-    result: bytes | None
-    # Engine bookkeeping: the ready-heap entry and timer that are current, the lease, the holder.
+    # Engine bookkeeping: the ready-heap entry and the delay timer that are current.
     ready_seq: int
     timer_token: int
-    lock_token: str | None
-    holder: ReplySink | None
-    activation: int  # which claim a timeout timer belongs to (transient)
-    retained_seq: int  # which retention entry is current (transient)
     # The states the job went through, oldest first, the latest MAX_TIMELINE kept: one flat
     # tuple of (state, epoch ms, error or None) triples. Flat and of plain values, so each
     # transition costs one allocation and the cyclic GC does not walk it.
     timeline: Sequence[Any]
     opts: Options
 
-    # RARE fields (class defaults).
+    # RARE fields (class defaults). Life-cycle and lease fields: set once the job runs.
+    started_at: float | None = None
+    completed_at: float | None = None
+    progress: float = 0
+    result: bytes | None = None
+    holder: ReplySink | None = None
+    lock_token: str | None = None
+    activation: int = 0  # which claim a timeout timer belongs to (transient)
+    retained_seq: int = 0  # which retention entry is current (transient)
     attempts: int = 0
     stall_count: int = 0
     progress_message: str | None = None
@@ -357,14 +356,6 @@ class Job:
         self.ready_seq = -1
         self.timer_token = 0
         self.last_heartbeat = last_heartbeat
-        self.started_at = None
-        self.completed_at = None
-        self.holder = None
-        self.lock_token = None
-        self.activation = 0
-        self.result = None
-        self.progress = 0
-        self.retained_seq = 0
         self.opts = opts
         if fields:
             self._set_fields(fields)
