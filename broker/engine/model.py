@@ -177,20 +177,23 @@ class Options:
 DEFAULT_OPTIONS = Options()
 _WITH_ID = tuple(default for _, default in OPTION_FIELDS[:8])  # up to custom_id
 MAX_INTERNED = 10_000
-_interned_options: dict[tuple[Any, ...], Options] = {}
+_interned_options: dict[tuple[tuple[Any, ...], tuple[type, ...]], Options] = {}
 
 
 def options_of(values: tuple[Any, ...]) -> Options:
     """The Options with these values (in `OPTION_FIELDS` order): one shared object per set of
     hashable values (the cache forgets everything past MAX_INTERNED sets), else a new one."""
+    # The types are part of the key: 1 == 1.0 == True, but a job pushed with priority 1 must
+    # show 1, not the 1.0 of an earlier job.
+    key = (values, tuple(map(type, values)))
     try:
-        found = _interned_options.get(values)
+        found = _interned_options.get(key)
     except TypeError:  # a dict or list among the values: not shared
         return Options(*values)
     if found is None:
         if len(_interned_options) >= MAX_INTERNED:
             _interned_options.clear()
-        found = _interned_options[values] = Options(*values)
+        found = _interned_options[key] = Options(*values)
     return found
 
 
