@@ -37,16 +37,16 @@ log = logging.getLogger(__name__)
 
 def retry_delay(job: Job) -> float:
     """The backoff before the next attempt: fixed, or base·2^(attempts-1), capped (1 h default)."""
-    config = job.backoff_config
+    config = job.opts.backoff_config
     cap = MAX_BACKOFF_MS
     if config is not None:
         cap = config.get("maxDelay", MAX_BACKOFF_MS)
         if config["type"] == "fixed":
-            return min(job.backoff, cap)
+            return min(job.opts.backoff, cap)
     exponent = max(job.attempts - 1, 0)
     if exponent > 64:
         return cap
-    return min(job.backoff * (2**exponent), cap)
+    return min(job.opts.backoff * (2**exponent), cap)
 
 
 class TimedState(DeadLetterState, Protocol):
@@ -80,17 +80,17 @@ class TimedState(DeadLetterState, Protocol):
 
 
 def arm_ttl(state: TimedState, job: Job) -> None:
-    if job.ttl:  # 0 means none, as for `timeout`
-        state.wheel.schedule(job.created_at + job.ttl, TTL, job)
+    if job.opts.ttl:  # 0 means none, as for `timeout`
+        state.wheel.schedule(job.created_at + job.opts.ttl, TTL, job)
 
 
 def arm_timeout(state: TimedState, job: Job, started_at: float) -> None:
     job.activation += 1
-    if job.timeout:
-        state.wheel.schedule(started_at + job.timeout, TIMEOUT, job, job.activation)
+    if job.opts.timeout:
+        state.wheel.schedule(started_at + job.opts.timeout, TIMEOUT, job, job.activation)
     # What `_stall_interval` reads, checked here first: every claim passes here, and most
     # jobs and queues configure no stall check.
-    if job.stall_timeout is not None or state.queue(job.queue).stall_config:
+    if job.opts.stall_timeout is not None or state.queue(job.queue).stall_config:
         _arm_stall_check(state, job)
 
 
@@ -105,8 +105,8 @@ def _arm_stall_check(state: TimedState, job: Job) -> None:
 
 def _stall_interval(state: TimedState, job: Job) -> float | None:
     """The job's stallTimeout, else a stallInterval its queue was configured with."""
-    if job.stall_timeout is not None and job.stall_timeout > 0:
-        return job.stall_timeout
+    if job.opts.stall_timeout is not None and job.opts.stall_timeout > 0:
+        return job.opts.stall_timeout
     config = state.queue(job.queue).stall_config
     if config and config.get("enabled", True) and config.get("stallInterval"):
         return float(config["stallInterval"])
@@ -185,7 +185,7 @@ def _apply_timer(state: TimedState, timer: Any, now: float) -> tuple[str, Any, A
             _check_stall(state, job, now)
     elif timer.kind == TTL:
         if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
-            state.fail(job, now, TTL_REASON, job.remove_on_fail)
+            state.fail(job, now, TTL_REASON, job.opts.remove_on_fail)
     else:
         return (timer.kind, timer.target, timer.token)
     return None
@@ -196,7 +196,8 @@ def time_out(state: TimedState, job: Job, now: float) -> None:
     remember it so the worker's late ACK or FAIL is answered as a no-op."""
     job.late_open = True
     job.late_token = job.lock_token
-    settle_failure(state, job, now, TIMEOUT_REASON, unrecoverable=False, remove=job.remove_on_fail)
+    remove = job.opts.remove_on_fail
+    settle_failure(state, job, now, TIMEOUT_REASON, unrecoverable=False, remove=remove)
 
 
 def settle_failure(
@@ -204,7 +205,7 @@ def settle_failure(
 ) -> None:
     """Count a failed attempt: retry after the backoff while attempts remain, else fail."""
     job.attempts += 1
-    if unrecoverable or job.attempts >= job.max_attempts:
+    if unrecoverable or job.attempts >= job.opts.max_attempts:
         state.fail(job, now, reason, remove)
     else:
         job.failed_reason = reason
@@ -221,6 +222,6 @@ def _count_stall(state: TimedState, job: Job, now: float, reason: str) -> None:
     job.stall_count += 1
     state.emit("stalled", job, stallCount=job.stall_count)
     if job.stall_count >= state.queue(job.queue).stall_config.get("maxStalls", MAX_STALLS):
-        state.fail(job, now, f"{reason} {job.stall_count} times", job.remove_on_fail)
+        state.fail(job, now, f"{reason} {job.stall_count} times", job.opts.remove_on_fail)
     else:
         state.requeue(job, now)

@@ -241,8 +241,8 @@ class JobCommands:
 
     def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
         job = job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
-        if job.repeat is not None:
-            job.run_at = first_run(job.repeat, job.run_at)
+        if job.opts.repeat is not None:
+            job.run_at = first_run(job.opts.repeat, job.run_at)
         return job
 
     def ack(self, session: ReplySink, command: cmd.Ack, now: float) -> Reply:
@@ -250,7 +250,7 @@ class JobCommands:
         if is_late(self.state, command.id, command.token):
             return already_finalized()
         job = active_job(self.state, command.id, command.token)
-        remove = command.removeOnComplete or job.remove_on_complete
+        remove = command.removeOnComplete or job.opts.remove_on_complete
         self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
         return {"ok": True}
 
@@ -270,7 +270,7 @@ class JobCommands:
                 ignored_ids.append(job_id)
                 ignored_indices.append(index)
                 continue
-            self.state.complete(job, now, result, job.remove_on_complete)  # type: ignore[arg-type]
+            self.state.complete(job, now, result, job.opts.remove_on_complete)  # type: ignore[arg-type]
         if ignored_ids:
             return {
                 "ok": True,
@@ -284,10 +284,10 @@ class JobCommands:
             return already_finalized()
         job = active_job(self.state, command.id, command.token)
         if command.stack is not None:
-            limit = max(int(job.stack_trace_limit), 0)
+            limit = max(int(job.opts.stack_trace_limit), 0)
             job.stacktrace = command.stack[:limit]
         reason = command.error if command.error is not None else "Job failed"
-        remove = command.removeOnFail or job.remove_on_fail
+        remove = command.removeOnFail or job.opts.remove_on_fail
         settle_failure(
             self.state, job, now, reason, unrecoverable=command.unrecoverable, remove=remove
         )

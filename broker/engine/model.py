@@ -6,11 +6,12 @@ their order), so clients written against bunqueue read our jobs unchanged.
 
 from __future__ import annotations
 
+import operator
 import os
 import random
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import msgspec
@@ -93,16 +94,50 @@ def uuid7() -> str:
     return f"{prefix}{_HEX3[counter]}-{0x8000 | rand >> 48:04x}-{rand & 0xFFFFFFFFFFFF:012x}"
 
 
-@attrs.define(slots=True, eq=False)
-class Job:
-    """One job and everything the broker knows about it."""
+# Memory layout (issue 14: RSS per million waiting jobs). A job is split three ways so that a
+# waiting job with default options holds 144 bytes instead of 568:
+# * `SLOTS`: what every job holds, or what is written for every job before it starts;
+# * `Options` (the 32 push options): one immutable object, shared by every job pushed with
+#   the defaults (and interned for identical option sets that name nothing of one job's own);
+#   `job.priority` and the others are properties reading it (hot paths read `job.opts.x`,
+#   a property costs a call), and a write gives the job a changed copy;
+# * `RARE` fields (life-cycle, lease, failure and flow bookkeeping): class-level defaults,
+#   stored in the instance's lazily created `__dict__` once a job's value is set (a waiting
+#   job has no dict; one that ran has one).
+# A field is read and written as `job.x` whichever part holds it. Job has no `__weakref__`
+# slot (8 bytes a job).
 
-    id: str
-    queue: str
-    name: str
-    data: bytes
-    created_at: float
-    run_at: float
+OPTION_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("priority", 0), ("lifo", False), ("max_attempts", 3), ("backoff", 1000),
+    ("backoff_config", None), ("ttl", None), ("timeout", None), ("unique_key", None),
+    ("custom_id", None), ("depends_on", ()), ("parent_id", None), ("children_ids", ()),
+    ("tags", ()), ("group_id", None), ("group_max_size", None), ("remove_on_complete", False),
+    ("remove_on_fail", False), ("durable", False), ("repeat", None), ("stall_timeout", None),
+    ("stack_trace_limit", 10), ("keep_logs", None), ("size_limit", None),
+    ("fail_parent_on_failure", False), ("remove_dependency_on_failure", False),
+    ("continue_parent_on_failure", False), ("ignore_dependency_on_failure", False),
+    ("dedup_ttl", None), ("dedup_extend", False), ("dedup_replace", False),
+    ("debounce_id", None), ("debounce_ttl", None),
+)  # fmt: skip
+OPTION_NAMES = frozenset(name for name, _ in OPTION_FIELDS)
+# The options a WireJob lists one after another (protocol/wire.py), from `priority` on.
+WIRE_TAIL = (
+    "priority", "lifo", "max_attempts", "remove_on_complete", "remove_on_fail", "ttl", "timeout",
+    "unique_key", "custom_id", "parent_id", "group_id", "group_max_size", "stall_timeout",
+    "stack_trace_limit", "keep_logs", "size_limit", "fail_parent_on_failure",
+    "remove_dependency_on_failure", "continue_parent_on_failure",
+    "ignore_dependency_on_failure", "dedup_ttl", "dedup_extend", "dedup_replace", "debounce_id",
+    "debounce_ttl",
+)  # fmt: skip
+
+
+@attrs.frozen(slots=True, eq=False)
+class Options:
+    """The options a job was pushed with (immutable: jobs share one object per option set).
+
+    Empty tuples, not lists, by default: an empty tuple is one shared object that the cyclic
+    GC never visits (the engine replaces these sequences, never mutates them)."""
+
     priority: float = 0
     lifo: bool = False
     max_attempts: int = 3
@@ -112,9 +147,6 @@ class Job:
     timeout: float | None = None
     unique_key: str | None = None
     custom_id: str | None = None
-    # Empty tuples, not lists, by default: an empty tuple is one shared object that the
-    # cyclic GC never visits, where three lists per job tripled what it walks (the engine
-    # replaces these sequences, never mutates them).
     depends_on: Sequence[str] = ()
     parent_id: str | None = None
     children_ids: Sequence[str] = ()
@@ -138,45 +170,221 @@ class Job:
     dedup_replace: bool = False
     debounce_id: str | None = None
     debounce_ttl: float | None = None
+    # The WireJob values from `priority` to `debounce_ttl`, made once per option set (a PULL's
+    # reply then copies one tuple instead of loading 25 attributes).
+    wire_tail: tuple[Any, ...] = attrs.field(init=False)
 
-    # Life-cycle fields.
-    state: str = WAITING
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "wire_tail", tuple(getattr(self, n) for n in WIRE_TAIL))
+
+
+DEFAULT_OPTIONS = Options()
+_WITH_ID = tuple(default for _, default in OPTION_FIELDS[:8])  # up to custom_id
+MAX_INTERNED = 10_000
+_interned_options: dict[tuple[tuple[Any, ...], tuple[type, ...]], Options] = {}
+
+
+def options_of(values: tuple[Any, ...]) -> Options:
+    """The Options with these values (in `OPTION_FIELDS` order): one shared object per set of
+    hashable values (the cache forgets everything past MAX_INTERNED sets), else a new one."""
+    # The types are part of the key: 1 == 1.0 == True, but a job pushed with priority 1 must
+    # show 1, not the 1.0 of an earlier job.
+    key = (values, tuple(map(type, values)))
+    try:
+        found = _interned_options.get(key)
+    except TypeError:  # a dict or list among the values: not shared
+        return Options(*values)
+    if found is None:
+        if len(_interned_options) >= MAX_INTERNED:
+            _interned_options.clear()
+        found = _interned_options[key] = Options(*values)
+    return found
+
+
+# Options naming one job (ids, keys, flow links, its repeat count): a set holding any of them
+# is that job's own, not worth looking up among the shared ones.
+_OWN = tuple(
+    index for index, (name, _) in enumerate(OPTION_FIELDS)
+    if name in ("unique_key", "custom_id", "depends_on", "parent_id", "children_ids", "repeat",
+                "debounce_id")
+)  # fmt: skip
+
+
+def options_with_id(custom_id: str) -> Options:
+    """The Options of a job pushed with only a jobId."""
+    return Options(*_WITH_ID, custom_id)  # type: ignore[call-arg]
+
+
+def options_for(values: tuple[Any, ...]) -> Options:
+    """The Options of one job from its values in `OPTION_FIELDS` order (shared when they
+    name nothing of the job's own, see `options_of`)."""
+    for index in _OWN:
+        if values[index]:
+            return Options(*values)
+    return options_of(values)
+
+
+# Held by every job, or written for most jobs before they start: slots.
+SLOTS = (
+    "id", "queue", "name", "data", "created_at", "run_at", "state", "timeline", "ready_seq",
+    "timer_token", "last_heartbeat", "opts",
+)  # fmt: skip
+# Set on few jobs, or only once a job runs (a waiting job has none of them): class-level
+# defaults, in the instance's `__dict__` once set.
+RARE: dict[str, Any] = {
+    "started_at": None, "completed_at": None, "holder": None, "lock_token": None,
+    "activation": 0, "result": None, "progress": 0, "retained_seq": 0,
+    "attempts": 0, "stall_count": 0, "progress_message": None, "failed_reason": None,
+    "stacktrace": None, "pending_deps": 0, "lock_owner": None, "lock_ttl": 0,
+    "lock_expires_at": 0, "logs": None, "late_open": False, "late_token": None,
+    "child_failures": None, "ignored_failures": None, "dlq_retries": 0,
+}  # fmt: skip
+_SLOT_DEFAULTS: dict[str, Any] = {
+    "state": WAITING, "timeline": (), "ready_seq": -1, "timer_token": 0,
+}  # fmt: skip
+
+# Every field in the order of the former single-class Job (stored rows are positional:
+# records.py; fields added later go at the end).
+FIELD_NAMES = (
+    "id", "queue", "name", "data", "created_at", "run_at",
+    *(name for name, _ in OPTION_FIELDS),
+    "state", "started_at", "completed_at", "attempts", "stall_count", "progress",
+    "progress_message", "last_heartbeat", "result", "failed_reason", "stacktrace",
+    "pending_deps", "ready_seq", "timer_token", "lock_token", "lock_owner", "lock_ttl",
+    "lock_expires_at", "holder", "logs", "late_open", "late_token", "activation",
+    "child_failures", "ignored_failures", "retained_seq", "dlq_retries", "timeline",
+)  # fmt: skip
+
+
+class Job:
+    """One job and everything the broker knows about it (see the memory layout above: every
+    field reads and writes as a plain attribute)."""
+
+    __slots__ = (*SLOTS, "__dict__")
+
+    id: str
+    queue: str
+    name: str
+    data: bytes
+    created_at: float
+    run_at: float
+    state: str
+    last_heartbeat: float
+    # Engine bookkeeping: the ready-heap entry and the delay timer that are current.
+    ready_seq: int
+    timer_token: int
+    # The states the job went through, oldest first, the latest MAX_TIMELINE kept: one flat
+    # tuple of (state, epoch ms, error or None) triples. Flat and of plain values, so each
+    # transition costs one allocation and the cyclic GC does not walk it.
+    timeline: Sequence[Any]
+    opts: Options
+
+    # RARE fields (class defaults). Life-cycle and lease fields: set once the job runs.
     started_at: float | None = None
     completed_at: float | None = None
+    progress: float = 0
+    result: bytes | None = None
+    holder: ReplySink | None = None
+    lock_token: str | None = None
+    activation: int = 0  # which claim a timeout timer belongs to (transient)
+    retained_seq: int = 0  # which retention entry is current (transient)
     attempts: int = 0
     stall_count: int = 0
-    progress: float = 0
     progress_message: str | None = None
-    last_heartbeat: float = 0
-    result: bytes | None = None
     failed_reason: str | None = None
     stacktrace: list[str] | None = None
     pending_deps: int = 0
-
-    # Engine bookkeeping: the ready-heap entry and timer that are current, the lease, the holder.
-    ready_seq: int = -1
-    timer_token: int = 0
-    lock_token: str | None = None
     lock_owner: str | None = None
     lock_ttl: float = 0
     lock_expires_at: float = 0
-    holder: ReplySink | None = None
-
-    # Fields added later go here, at the end: stored rows are positional (records.py).
     logs: list[dict[str, Any]] | None = None
     # After a processing timeout finalised an activation: a late ACK/FAIL from it is a no-op.
     late_open: bool = False
     late_token: str | None = None
-    activation: int = 0  # which claim a timeout timer belongs to (transient)
     # A flow parent's record of children that failed under continue/ignore policies.
     child_failures: dict[str, str] | None = None
     ignored_failures: dict[str, str] | None = None
-    retained_seq: int = 0  # which retention entry is current (transient)
     dlq_retries: int = 0  # auto retries out of the dead-letter queue so far (dlq.py)
-    # The states the job went through, oldest first, the latest MAX_TIMELINE kept: one flat
-    # tuple of (state, epoch ms, error or None) triples. Flat and of plain values, so each
-    # transition costs one allocation and the cyclic GC does not walk it.
-    timeline: Sequence[Any] = ()
+
+    if TYPE_CHECKING:  # properties over `opts` at run time (installed below the class)
+        priority: float
+        lifo: bool
+        max_attempts: int
+        backoff: float
+        backoff_config: dict[str, Any] | None
+        ttl: float | None
+        timeout: float | None
+        unique_key: str | None
+        custom_id: str | None
+        depends_on: Sequence[str]
+        parent_id: str | None
+        children_ids: Sequence[str]
+        tags: Sequence[str]
+        group_id: str | None
+        group_max_size: int | None
+        remove_on_complete: bool
+        remove_on_fail: bool
+        durable: bool
+        repeat: dict[str, Any] | None
+        stall_timeout: float | None
+        stack_trace_limit: float
+        keep_logs: float | None
+        size_limit: float | None
+        fail_parent_on_failure: bool
+        remove_dependency_on_failure: bool
+        continue_parent_on_failure: bool
+        ignore_dependency_on_failure: bool
+        dedup_ttl: float | None
+        dedup_extend: bool
+        dedup_replace: bool
+        debounce_id: str | None
+        debounce_ttl: float | None
+
+    def __init__(
+        self,
+        id: str,
+        queue: str,
+        name: str,
+        data: bytes,
+        created_at: float,
+        run_at: float,
+        last_heartbeat: float = 0,
+        opts: Options = DEFAULT_OPTIONS,
+        **fields: Any,
+    ) -> None:
+        self.id = id
+        self.queue = queue
+        self.name = name
+        self.data = data
+        self.created_at = created_at
+        self.run_at = run_at
+        self.state = WAITING
+        self.timeline = ()
+        self.ready_seq = -1
+        self.timer_token = 0
+        self.last_heartbeat = last_heartbeat
+        self.opts = opts
+        if fields:
+            self._set_fields(fields)
+
+    def _set_fields(self, fields: dict[str, Any]) -> None:
+        """Any other fields by name (a stored row, a test): options make one Options object,
+        rare fields at their default stay out of the instance's dict."""
+        options = {name: fields.pop(name) for name in OPTION_NAMES.intersection(fields)}
+        if options:
+            self.opts = attrs.evolve(self.opts, **options)
+        for name, value in fields.items():
+            if name in RARE:
+                default = RARE[name]
+                if value is default or (type(value) is type(default) and value == default):
+                    continue
+            elif name not in _SLOT_DEFAULTS:
+                raise TypeError(f"Job has no field {name!r}")
+            setattr(self, name, value)
+
+    def __repr__(self) -> str:
+        shown = f"id={self.id!r}, queue={self.queue!r}, name={self.name!r}, state={self.state!r}"
+        return f"Job({shown})"
 
     def to_wire(self) -> WireJob:
         """The job object as the reference server sends it (keys in its order)."""
@@ -190,19 +398,13 @@ class Job:
 
     def _wire_values(self) -> tuple[Any, ...]:
         """The values of a WireJob, in the order of its fields (protocol/wire.py)."""
+        o = self.opts
         return (
             self.id, self.queue, self.name, msgspec.Raw(self.data), self.created_at,
-            self.run_at, self.started_at, self.completed_at, self.attempts, self.backoff,
-            self.backoff_config, self.depends_on, self.children_ids, 0, self.tags,
-            self.progress, self.progress_message, self.stacktrace, self.repeat, self.durable,
-            self.last_heartbeat, self.stall_count, self.priority, self.lifo, self.max_attempts,
-            self.remove_on_complete, self.remove_on_fail, self.ttl, self.timeout,
-            self.unique_key, self.custom_id, self.parent_id, self.group_id,
-            self.group_max_size, self.stall_timeout, self.stack_trace_limit, self.keep_logs,
-            self.size_limit, self.fail_parent_on_failure, self.remove_dependency_on_failure,
-            self.continue_parent_on_failure, self.ignore_dependency_on_failure,
-            self.dedup_ttl, self.dedup_extend, self.dedup_replace, self.debounce_id,
-            self.debounce_ttl, self._wire_timeline(),
+            self.run_at, self.started_at, self.completed_at, self.attempts, o.backoff,
+            o.backoff_config, o.depends_on, o.children_ids, 0, o.tags,
+            self.progress, self.progress_message, self.stacktrace, o.repeat, o.durable,
+            self.last_heartbeat, self.stall_count, *o.wire_tail, self._wire_timeline(),
         )  # fmt: skip
 
     def _wire_timeline(self) -> list[dict[str, Any]]:
@@ -216,6 +418,21 @@ class Job:
                 shown["error"] = error
             entries.append(shown)
         return entries
+
+
+def _option_property(name: str) -> property:
+    """`job.<name>` reads the job's Options; a write gives the job a changed copy."""
+    getter = operator.attrgetter(f"opts.{name}")
+
+    def setter(job: Job, value: Any) -> None:
+        job.opts = attrs.evolve(job.opts, **{name: value})
+
+    return property(getter, setter, doc=f"The job's `{name}` option (see Options).")
+
+
+for _name, _ in OPTION_FIELDS:
+    setattr(Job, _name, _option_property(_name))
+del _name
 
 
 # Options a repeating job's next occurrence inherits (not its ids, keys or flow links).
@@ -245,51 +462,65 @@ def next_occurrence_of(job: Job, job_id: str, run_at: float, now: float) -> Job:
     )
 
 
+MAX_SHARED = 10_000
+_names: dict[str, str] = {}
+
+
+def shared(text: str) -> str:
+    """One copy of a repeated queue or job name: each push decodes its own string, and a
+    million jobs of one name would otherwise hold a million copies (the cache forgets
+    everything past MAX_SHARED names)."""
+    found = _names.get(text)
+    if found is not None:
+        return found
+    if len(_names) >= MAX_SHARED:
+        _names.clear()
+    _names[text] = text
+    return text
+
+
 def job_from_push(fields: Any, queue: str, job_id: str, custom_id: str | None, now: float) -> Job:
     """Build a Job from validated PUSH/PUSHB fields (protocol.jobspec.JobFields)."""
+    queue = _names.get(queue) or shared(queue)
+    name = _names.get(fields.name) or shared(fields.name)
     if not fields.optionsGiven:  # every option at its default: the Job's defaults are the same
-        name, data = fields.name, fields.data
-        return Job(job_id, queue, name, data, now, now, custom_id=custom_id, last_heartbeat=now)
+        opts = DEFAULT_OPTIONS if custom_id is None else options_with_id(custom_id)
+        return Job(job_id, queue, name, fields.data, now, now, now, opts)
     created = fields.timestamp if fields.timestamp is not None else now
     dedup = fields.dedup
-    return Job(
-        id=job_id,
-        queue=queue,
-        name=fields.name,
-        data=fields.data,
-        created_at=created,
-        run_at=created + fields.delay,
-        priority=fields.priority,
-        lifo=fields.lifo is True,
-        max_attempts=fields.maxAttempts,
-        backoff=fields.backoff,
-        backoff_config=fields.backoffConfig,
-        ttl=fields.ttl,
-        timeout=fields.timeout,
-        unique_key=fields.uniqueKey,
-        custom_id=custom_id,
-        depends_on=fields.dependsOn or (),
-        parent_id=fields.parentId,
-        children_ids=fields.childrenIds or (),
-        tags=fields.tags or (),
-        group_id=fields.groupId,
-        group_max_size=fields.groupMaxSize,
-        remove_on_complete=fields.removeOnComplete is True,
-        remove_on_fail=fields.removeOnFail is True,
-        durable=fields.durable is True,
-        repeat=fields.repeat,
-        stall_timeout=fields.stallTimeout,
-        stack_trace_limit=fields.stackTraceLimit,
-        keep_logs=fields.keepLogs,
-        size_limit=fields.sizeLimit,
-        fail_parent_on_failure=fields.failParentOnFailure is True,
-        remove_dependency_on_failure=fields.removeDependencyOnFailure is True,
-        continue_parent_on_failure=fields.continueParentOnFailure is True,
-        ignore_dependency_on_failure=fields.ignoreDependencyOnFailure is True,
-        dedup_ttl=dedup["ttl"],
-        dedup_extend=dedup["extend"],
-        dedup_replace=dedup["replace"],
-        debounce_id=fields.debounceId,
-        debounce_ttl=fields.debounceTtl,
-        last_heartbeat=created,
-    )
+    values = (
+        fields.priority,
+        fields.lifo is True,
+        fields.maxAttempts,
+        fields.backoff,
+        fields.backoffConfig,
+        fields.ttl,
+        fields.timeout,
+        fields.uniqueKey,
+        custom_id,
+        fields.dependsOn or (),
+        fields.parentId,
+        fields.childrenIds or (),
+        fields.tags or (),
+        fields.groupId,
+        fields.groupMaxSize,
+        fields.removeOnComplete is True,
+        fields.removeOnFail is True,
+        fields.durable is True,
+        fields.repeat,
+        fields.stallTimeout,
+        fields.stackTraceLimit,
+        fields.keepLogs,
+        fields.sizeLimit,
+        fields.failParentOnFailure is True,
+        fields.removeDependencyOnFailure is True,
+        fields.continueParentOnFailure is True,
+        fields.ignoreDependencyOnFailure is True,
+        dedup["ttl"],
+        dedup["extend"],
+        dedup["replace"],
+        fields.debounceId,
+        fields.debounceTtl,
+    )  # fmt: skip
+    run_at = created + fields.delay
+    return Job(job_id, queue, name, fields.data, created, run_at, created, options_for(values))

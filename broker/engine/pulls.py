@@ -119,7 +119,7 @@ class Pulls:
             if entry is None:
                 break
             job = entry[JOB]
-            group = job.group_id
+            group = job.opts.group_id
             if group is not None and self._group_is_full(queue, group, groups, now, full_groups):
                 passed_over.append(entry)
                 continue
@@ -133,7 +133,7 @@ class Pulls:
                     queue.record_start(group, options, now)
             tokens.append(claim(job, now, owner, lock_ttl, holder))
             jobs.append(job)
-            if job.repeat is not None:
+            if job.opts.repeat is not None:
                 self._add_next_occurrence(job, now)
         for entry in passed_over:
             queue.put_back(entry)
@@ -142,7 +142,7 @@ class Pulls:
     def _add_next_occurrence(self, job: Job, now: float) -> None:
         """A repeating job started: its next occurrence waits on the timer wheel, at the time
         its schedule gives (not when this one finishes)."""
-        repeat = job.repeat or {}
+        repeat = job.opts.repeat or {}
         if "count" not in repeat or repeat.get("nextCreated"):
             return
         run_at = next_occurrence(repeat, job.run_at, now)

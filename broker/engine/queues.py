@@ -24,9 +24,14 @@ from .model import COUNTED_STATES, PRIORITIZED, READY_STATES, WAITING, Job
 from .retention import Retention
 from .sink import ReplySink
 
-# Entry layout: (-priority, group priority, lifo first, run time or -seq, seq, job).
-SEQ = 4
-JOB = 5
+# Entry layout: ((-priority, group priority, lifo first), run time or -seq, seq, job). The
+# first three keys are one tuple, shared by every entry with the same ones (a million waiting
+# jobs hold a million entries: four items take 16 bytes less than six).
+SEQ = 2
+JOB = 3
+FIFO = (0, 0, 1)  # the keys of a job with default options
+_prefixes: dict[tuple[float, float, int], tuple[float, float, int]] = {FIFO: FIFO}
+MAX_PREFIXES = 1_000
 
 
 @attrs.define(slots=True, eq=False)
@@ -39,6 +44,15 @@ class Waiter:
     count: int
     batch: bool
     done: bool = False
+
+
+def _shared_prefix(prefix: tuple[float, float, int]) -> tuple[float, float, int]:
+    """One tuple per set of leading keys (the cache forgets all past MAX_PREFIXES)."""
+    if len(_prefixes) >= MAX_PREFIXES:
+        _prefixes.clear()
+        _prefixes[FIFO] = FIFO
+    _prefixes[prefix] = prefix
+    return prefix
 
 
 def is_current(entry: tuple[Any, ...]) -> bool:
@@ -78,17 +92,14 @@ class QueueState:
     def push_ready(self, job: Job, seq: int) -> None:
         """Put a ready job on the heap under a fresh sequence number."""
         job.ready_seq = seq
-        priority: float
-        group_priority: float
-        entry: tuple[Any, ...]
-        if job.group_id is None:
-            priority, group_priority = -job.priority, 0
+        opts = job.opts
+        prefix: tuple[float, float, int]
+        if opts.group_id is None:
+            prefix = (-opts.priority, 0, 0 if opts.lifo else 1)
         else:
-            priority, group_priority = 0, job.priority
-        if job.lifo:
-            entry = (priority, group_priority, 0, -seq, seq, job)
-        else:
-            entry = (priority, group_priority, 1, job.run_at, seq, job)
+            prefix = (0, opts.priority, 0 if opts.lifo else 1)
+        prefix = _prefixes.get(prefix) or _shared_prefix(prefix)
+        entry = (prefix, -seq, seq, job) if opts.lifo else (prefix, job.run_at, seq, job)
         heapq.heappush(self.ready, entry)
 
     def pop_entry(self) -> tuple[Any, ...] | None:

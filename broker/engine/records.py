@@ -15,16 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import msgspec
 
 from store import JobRow
 
-from .model import Job
+from .model import FIELD_NAMES, OPTION_FIELDS, OPTION_NAMES, RARE, Job, options_for, shared
 
 FORMAT = 1
 TRANSIENT = frozenset({"ready_seq", "timer_token", "holder", "activation", "retained_seq"})
-PERSISTED = tuple(f.name for f in attrs.fields(Job) if f.name not in TRANSIENT)
+PERSISTED = tuple(name for name in FIELD_NAMES if name not in TRANSIENT)
 
 
 def _row_builder() -> Callable[[Job], JobRow]:
@@ -36,11 +35,12 @@ def _row_builder() -> Callable[[Job], JobRow]:
     of every changed job is on the commit path). The row is made with `tuple.__new__`, skipping
     the Python-level `__new__` of the NamedTuple. The names come from the Job class itself.
     """
-    fields = ", ".join(f"job.{name}" for name in PERSISTED)
+    fields = ", ".join(f"o.{n}" if n in OPTION_NAMES else f"job.{n}" for n in PERSISTED)
     source = (
         "def job_to_row(job):\n"
+        "    o = job.opts\n"
         f"    body = _encode(({FORMAT}, job.holder is not None, {fields}))\n"
-        "    return _new(JobRow, (job.id, job.queue, job.state, body, job.priority, job.run_at,\n"
+        "    return _new(JobRow, (job.id, job.queue, job.state, body, o.priority, job.run_at,\n"
         "                         job.created_at, job.attempts))\n"
     )
     namespace: dict[str, Any] = {"_encode": _encode, "_new": tuple.__new__, "JobRow": JobRow}
@@ -50,8 +50,6 @@ def _row_builder() -> Callable[[Job], JobRow]:
 
 SEQUENCES = ("depends_on", "children_ids", "tags", "timeline")
 NAMES = ("queue", "name")
-MAX_SHARED = 10_000
-_names: dict[str, str] = {}
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[Any]).decode
@@ -84,20 +82,35 @@ def job_from_row(row: JobRow) -> tuple[Job, bool]:
 def _job_builder() -> Callable[[list[Any]], Job]:
     """A function making the Job of a full-length body, compiled once from `PERSISTED` (as
     `_row_builder`): no dict of keyword arguments per row, the same conversions as the
-    general path of `job_from_row`."""
-
-    def value(index: int, name: str) -> str:
-        item = f"body[{index + 2}]"
-        if name in SEQUENCES:
-            return f"_tuple({item})"
-        if name in NAMES:
-            return f"_shared({item})"
-        return item
-
-    arguments = ", ".join(f"{name}={value(i, name)}" for i, name in enumerate(PERSISTED))
-    source = f"def build(body):\n    return Job({arguments})\n"
-    namespace: dict[str, Any] = {"Job": Job, "_tuple": _tuple, "_shared": _shared}
-    exec(compile(source, "<trioq job from row>", "exec"), namespace)
+    general path of `job_from_row`, options shared as a push shares them, and rare fields
+    left at their class defaults unless the row holds another value (see model.py)."""
+    at = {name: f"body[{index + 2}]" for index, name in enumerate(PERSISTED)}
+    for name in SEQUENCES:
+        at[name] = f"_tuple({at[name]})"
+    for name in NAMES:
+        at[name] = f"_shared({at[name]})"
+    options = ", ".join(at[name] for name, _ in OPTION_FIELDS)
+    lines = [
+        "def build(body):",
+        f"    job = Job({at['id']}, {at['queue']}, {at['name']}, {at['data']}, "
+        f"{at['created_at']}, {at['run_at']}, {at['last_heartbeat']}, _options(({options},)))",
+    ]
+    for name in PERSISTED:
+        if name in OPTION_NAMES or name in ("id", "queue", "name", "data", "created_at",
+                                            "run_at", "last_heartbeat"):
+            continue
+        if name in RARE:
+            lines.append(f"    value = {at[name]}")
+            lines.append(f"    if not (value is _rare[{name!r}] or (type(value) is "
+                         f"type(_rare[{name!r}]) and value == _rare[{name!r}])):")
+            lines.append(f"        job.{name} = value")
+        else:
+            lines.append(f"    job.{name} = {at[name]}")
+    lines.append("    return job")
+    namespace: dict[str, Any] = {
+        "Job": Job, "_tuple": _tuple, "_shared": _shared, "_options": options_for, "_rare": RARE,
+    }  # fmt: skip
+    exec(compile("\n".join(lines) + "\n", "<trioq job from row>", "exec"), namespace)
     return namespace["build"]  # type: ignore[no-any-return]
 
 
@@ -105,15 +118,7 @@ def _tuple(value: Any) -> Any:
     return tuple(value) if type(value) is list else value
 
 
-def _shared(text: str) -> str:
-    """One copy of a repeated name (the cache forgets everything past MAX_SHARED names)."""
-    found = _names.get(text)
-    if found is not None:
-        return found
-    if len(_names) >= MAX_SHARED:
-        _names.clear()
-    _names[text] = text
-    return text
+_shared = shared
 
 
 _job_of = _job_builder()

@@ -105,6 +105,8 @@ class EngineState:
         self.tracking = False
         # The time of the current pass (Engine.tick sets it), for job timelines.
         self.now = 0.0
+        # The timeline of the job that last entered its first state (see `_record`).
+        self._first_entry: tuple[Any, ...] = ("", 0.0, None)
         self.changed: dict[str, Job] = {}
         self.deleted: set[str] = set()
         # Jobs that completed, failed or were removed since the engine last looked (WaitJob).
@@ -158,14 +160,14 @@ class EngineState:
             self.wheel.schedule(until, KEY_EXPIRY, (key, job_id, until))
 
     def _take_keys(self, job: Job, since: float) -> None:
-        if job.unique_key is not None:
-            ttl = job.dedup_ttl
+        if job.opts.unique_key is not None:
+            ttl = job.opts.dedup_ttl
             until = since + ttl if ttl else math.inf
-            self._take_key((UNIQUE, job.queue, job.unique_key), job.id, until)
-        if job.debounce_id is not None:
-            ttl = job.debounce_ttl
+            self._take_key((UNIQUE, job.queue, job.opts.unique_key), job.id, until)
+        if job.opts.debounce_id is not None:
+            ttl = job.opts.debounce_ttl
             until = since + ttl if ttl else math.inf
-            self._take_key((DEBOUNCE, job.queue, job.debounce_id), job.id, until)
+            self._take_key((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, until)
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -187,7 +189,7 @@ class EngineState:
                 queue.dead_letters.count += 1
         if state == DELAYED:
             queue.delayed.add(job)
-        group = job.group_id
+        group = job.opts.group_id
         if group is not None:
             tally = queue.group_active if state == ACTIVE else queue.group_pending
             if state == ACTIVE or state in NOT_STARTED:
@@ -201,6 +203,12 @@ class EngineState:
         a job re-placed in its own state, is no transition."""
         timeline = job.timeline
         if timeline and timeline[-TIMELINE_ENTRY] == state:
+            return
+        if not timeline:  # a new job: jobs entering the same state at once share one tuple
+            first = self._first_entry
+            if first[0] != state or first[1] != self.now or first[2] != error:
+                first = self._first_entry = (state, self.now, error)
+            job.timeline = first
             return
         if len(timeline) >= MAX_TIMELINE * TIMELINE_ENTRY:
             timeline = timeline[TIMELINE_ENTRY:]
@@ -226,7 +234,7 @@ class EngineState:
                 self._left_behind(queue.dead_letters)
         if old == DELAYED:
             queue.delayed.discard(job)
-        group = job.group_id
+        group = job.opts.group_id
         if group is None:
             return
         if old == ACTIVE:
@@ -252,7 +260,7 @@ class EngineState:
         deleted = [job_id for job_id in self.deleted if job_id not in written]
         self.changed.clear()
         self.deleted.clear()
-        return changed, deleted, any(job.durable for job in changed)
+        return changed, deleted, any(job.opts.durable for job in changed)
 
     def emit(self, kind: str, job: Job, **extra: Any) -> None:
         """Record a job event for the subscribers and webhooks (cheap when nobody listens)."""
@@ -364,15 +372,15 @@ class EngineState:
 
     def _end_untimed_debounce(self, job: Job) -> None:
         """A restored job that has started holds no untimed debounce (it ended at the start)."""
-        if job.debounce_id is not None:
-            self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+        if job.opts.debounce_id is not None:
+            self.keys.free((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, only_untimed=True)
 
     def _restore_debounce_window(self, job: Job, now: float) -> None:
         """A finished job's timed debounce window outlives it (keys.py): take it again."""
-        if job.debounce_id is not None and job.debounce_ttl:
-            until = job.created_at + job.debounce_ttl
+        if job.opts.debounce_id is not None and job.opts.debounce_ttl:
+            until = job.created_at + job.opts.debounce_ttl
             if until > now:
-                self._take_key((DEBOUNCE, job.queue, job.debounce_id), job.id, until)
+                self._take_key((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, until)
 
     def restore_purges(self, purges: list[Purge]) -> None:
         """Large removals the broker stopped in the middle of: they go on (see
@@ -392,13 +400,14 @@ class EngineState:
 
     def _wait_for_dependencies(self, job: Job, now: float) -> None:
         pending = 0
-        for dep_id in job.depends_on:
+        for dep_id in job.opts.depends_on:
             if not self.completed_once(dep_id):
                 pending += 1
                 waiting = self.dependents.setdefault(dep_id, [])
                 if job.id not in waiting:
                     waiting.append(job.id)
-        job.pending_deps = pending
+        if pending or job.pending_deps:  # a rare field: left at its default when it is one
+            job.pending_deps = pending
         if pending:
             self._enter(job, WAITING_CHILDREN)
         else:
@@ -406,8 +415,8 @@ class EngineState:
 
     def schedule(self, job: Job, now: float) -> None:
         """Make a job delayed (run time in the future) or ready; past its ttl, it expires."""
-        if job.ttl and now >= job.created_at + job.ttl:
-            self.fail(job, now, TTL_REASON, job.remove_on_fail)
+        if job.opts.ttl and now >= job.created_at + job.opts.ttl:
+            self.fail(job, now, TTL_REASON, job.opts.remove_on_fail)
             return
         if job.run_at > now:
             self._enter(job, DELAYED)
@@ -419,7 +428,7 @@ class EngineState:
 
     def make_ready(self, job: Job) -> None:
         """Put a job in its queue's ready heap and mark the queue for waiting pulls."""
-        self._enter(job, PRIORITIZED if job.priority > 0 else WAITING)
+        self._enter(job, PRIORITIZED if job.opts.priority > 0 else WAITING)
         queue = self.queue(job.queue)
         queue.push_ready(job, next(self._seq))
         if queue.waiters:
@@ -447,11 +456,12 @@ class EngineState:
             else:
                 held.add(job.id)
         self._enter(job, ACTIVE, persist=holder is None)
-        if job.debounce_id is not None:  # an untimed debounce lasts until the job starts
-            self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+        if job.opts.debounce_id is not None:  # an untimed debounce lasts until the job starts
+            self.keys.free((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, only_untimed=True)
         job.started_at = now
         job.last_heartbeat = now
-        job.late_open = False
+        if job.late_open:  # a rare field (model.py): written only to change it
+            job.late_open = False
         arm_timeout(self, job, now)
         self.totals["pulled"] += 1
         if self.on_start is not None:
@@ -505,8 +515,8 @@ class EngineState:
         job.failed_reason = None
         job.stacktrace = None
         job.run_at = now
-        if job.unique_key is not None:
-            key = (UNIQUE, job.queue, job.unique_key)
+        if job.opts.unique_key is not None:
+            key = (UNIQUE, job.queue, job.opts.unique_key)
             if self.keys.owner(key, now) is None:
                 self._take_key(key, job.id, math.inf)
         self._wait_for_dependencies(job, now)  # a dependency may still be unfinished
@@ -542,9 +552,9 @@ class EngineState:
                 continue
             keep(job)
             state = job.state
-            keys = job.unique_key is not None or job.debounce_id is not None
+            keys = job.opts.unique_key is not None or job.opts.debounce_id is not None
             held = job.lock_token is not None or job.holder is not None
-            if state not in QUEUED_STATES or keys or held or job.group_id is not None:
+            if state not in QUEUED_STATES or keys or held or job.opts.group_id is not None:
                 self.remove(job)
                 continue
             if queue is None or queue.name != job.queue:
@@ -556,7 +566,7 @@ class EngineState:
                 stale_timers += 1
             elif job.ready_seq >= 0:
                 stale_entries += 1
-            if job.ttl:
+            if job.opts.ttl:
                 stale_timers += 1
             finished(job)
             job.state = ""
@@ -591,8 +601,9 @@ class EngineState:
             self.untidy.add(wheel)
 
     def _end_activity(self, job: Job) -> None:
-        job.lock_token = None
-        job.lock_owner = None
+        if job.lock_token is not None:
+            job.lock_token = None
+            job.lock_owner = None  # a rare field (model.py): only a leased job has one set
         holder = job.holder
         if holder is not None:
             held = self.holdings.get(holder)
@@ -678,19 +689,20 @@ class EngineState:
         the child from what the parent waits for (ignore records the error). Without a
         policy the parent keeps waiting, visibly, in waiting-children: nothing is dropped.
         """
-        parent = self.jobs.get(child.parent_id) if child.parent_id else None
+        parent = self.jobs.get(child.opts.parent_id) if child.opts.parent_id else None
         if parent is None or parent.state != WAITING_CHILDREN:
             return
         key = f"{child.queue}:{child.id}"
-        if child.fail_parent_on_failure:
-            self.fail(parent, now, f"Child job {child.id} failed: {reason}", parent.remove_on_fail)
-        elif child.continue_parent_on_failure:
+        if child.opts.fail_parent_on_failure:
+            why = f"Child job {child.id} failed: {reason}"
+            self.fail(parent, now, why, parent.opts.remove_on_fail)
+        elif child.opts.continue_parent_on_failure:
             parent.child_failures = {**(parent.child_failures or {}), key: reason}
             self.schedule(parent, now)
-        elif child.remove_dependency_on_failure or child.ignore_dependency_on_failure:
-            if child.id not in parent.depends_on:
+        elif child.opts.remove_dependency_on_failure or child.opts.ignore_dependency_on_failure:
+            if child.id not in parent.opts.depends_on:
                 return  # attached (UpdateParent) without being waited for
-            if child.ignore_dependency_on_failure:
+            if child.opts.ignore_dependency_on_failure:
                 parent.ignored_failures = {**(parent.ignored_failures or {}), key: reason}
             self.drop_dependency(parent, child.id, now)
 
@@ -698,7 +710,7 @@ class EngineState:
         """A waiting job stops waiting for `dep_id` (not completed); it is scheduled once
         nothing else is pending. The edge goes for good (stored), so neither a restart nor the
         dependency's completion later counts it again."""
-        parent.depends_on = [dep for dep in parent.depends_on if dep != dep_id]
+        parent.depends_on = [dep for dep in parent.opts.depends_on if dep != dep_id]
         waiting = self.dependents.get(dep_id)
         if waiting and parent.id in waiting:
             waiting.remove(parent.id)
@@ -715,10 +727,10 @@ class EngineState:
         self._wait_for_dependencies(job, now)
 
     def _free_keys(self, job: Job) -> None:
-        if job.unique_key is not None:
-            self.keys.free((UNIQUE, job.queue, job.unique_key), job.id)
-        if job.debounce_id is not None:  # a timed debounce window outlives the job
-            self.keys.free((DEBOUNCE, job.queue, job.debounce_id), job.id, only_untimed=True)
+        if job.opts.unique_key is not None:
+            self.keys.free((UNIQUE, job.queue, job.opts.unique_key), job.id)
+        if job.opts.debounce_id is not None:  # a timed debounce window outlives the job
+            self.keys.free((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, only_untimed=True)
 
     def _unblock_dependents(self, job: Job, now: float) -> None:
         for dependent_id in self.dependents.pop(job.id, ()):
@@ -750,9 +762,9 @@ class EngineState:
         """Count the wheel timers a job being forgotten leaves behind (an estimate: it only
         decides when the wheel is compacted)."""
         state = job.state
-        stale = bool(job.ttl) + (state == DELAYED)
+        stale = bool(job.opts.ttl) + (state == DELAYED)
         if state == ACTIVE:
-            stale += 1 + bool(job.timeout)
+            stale += 1 + bool(job.opts.timeout)
         if stale:
             self._note_stale_timers(stale)
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-import attrs
 import msgspec
 
-from broker.engine.model import Job
+from broker.engine.model import FIELD_NAMES, Job
 from tests.engine.test_push_pull import REFERENCE_JOB_KEYS
 
 WIRE_TO_MODEL = {
@@ -37,13 +36,13 @@ def job_with_distinct_values() -> Job:
     """A job whose every field holds a value no other field holds."""
     numbers = itertools.count(1)
     values = {}
-    for field in attrs.fields(Job):
-        if field.name in ("data", "result"):
-            values[field.name] = msgspec.msgpack.encode(field.name)
-        elif field.name == "timeline":
-            values[field.name] = ("waiting", 1.0, None, "failed", 2.0, "boom")
+    for name in FIELD_NAMES:
+        if name in ("data", "result"):
+            values[name] = msgspec.msgpack.encode(name)
+        elif name == "timeline":
+            values[name] = ("waiting", 1.0, None, "failed", 2.0, "boom")
         else:
-            values[field.name] = f"{field.name}-{next(numbers)}"
+            values[name] = f"{name}-{next(numbers)}"
     return Job(**values)
 
 
