@@ -151,6 +151,7 @@ def _open_postgres(config: Config) -> PostgresStore:
     return open_postgres(
         config.postgres_url, config.pg_schema,
         lease_ttl_s=config.lease_ttl_s, advertise=config.advertise,
+        commit_in_thread=config.pg_commit_thread,
     )  # fmt: skip
 
 

@@ -41,6 +41,9 @@ class Config:
     pg_schema: str = _setting("trioq", "PostgreSQL schema of this cluster (created if missing)")
     lease_ttl_s: float = _setting(10.0, "seconds a PostgreSQL writer's lease lasts unrenewed")
     advertise: str = _setting("", "HOST:PORT other brokers are told to reach this one at")
+    pg_commit_thread: bool = _setting(
+        False, "commit to PostgreSQL on a worker thread while the next pass runs"
+    )
     auth_tokens: frozenset[str] = _setting(
         frozenset(), "require Auth with one of these tokens (env: comma-separated)"
     )

@@ -35,10 +35,17 @@ def open_sqlite(path: str) -> Store:
 
 
 def open_postgres(
-    url: str, schema: str = "trioq", *, lease_ttl_s: float = 10.0, advertise: str = ""
+    url: str,
+    schema: str = "trioq",
+    *,
+    lease_ttl_s: float = 10.0,
+    advertise: str = "",
+    commit_in_thread: bool = False,
 ) -> PostgresStore:
     """Connect to PostgreSQL at `url` and open (creating it if missing) the store in `schema`;
     raises StoreError. The store holds no lease yet: see PostgresStore.acquire_lease."""
     from .postgres import PostgresStore
 
-    return PostgresStore(url, schema, lease_ttl_s=lease_ttl_s, advertise=advertise)
+    store = PostgresStore(url, schema, lease_ttl_s=lease_ttl_s, advertise=advertise)
+    store.commit_in_thread = commit_in_thread
+    return store

@@ -165,10 +165,14 @@ class PostgresStore:
     for a third of the TTL and make lock waits give up after half of it.
     """
 
-    commit_in_thread = True
-    """The engine commits on a worker thread: a commit is a network round trip plus the
-    server's WAL write, during which the loop would otherwise be blocked (see
-    EngineActor._serve_pipelined for what was measured)."""
+    commit_in_thread = False
+    """Whether the engine commits on a worker thread, pipelined with its next pass
+    (`--pg-commit-thread`). Off by default: measured on a quiet 2-core machine with PostgreSQL
+    on loopback, committing on the loop was faster on every row but PULLB+ACKB (pipelined /
+    on the loop: 0.87x PUSH 16x8, 0.91x PULL+ACK, 0.95x producers+workers, 1.08x PULLB+ACKB,
+    0.44x sequential PUSH, which loses the inline pass); under heavy load (12-17 on 2 cores)
+    the pipelined commit won 1.07-1.42x (EngineActor._serve_pipelined). A database further
+    away than loopback makes the round trip, and so the overlap, worth more."""
 
     def __init__(
         self, url: str, schema: str = "trioq", *, lease_ttl_s: float = 10.0, advertise: str = ""

@@ -168,7 +168,7 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Any) -> StoreFactory
         # These tests run the engine in-process, often under an autojump MockClock, which
         # jumps to the next timer whenever every task waits, as they all do while a commit
         # runs on a worker thread: time would pass during commits. The store is committed on
-        # the loop here; tests/engine/test_threaded_commit.py and the PostgreSQL e2e tests
+        # the loop here, as by default; tests/engine/test_threaded_commit.py and the e2e tests
         # (brokers in their own processes, real time) cover the threaded commit.
         store.commit_in_thread = False
         return store

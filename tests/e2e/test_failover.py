@@ -26,22 +26,28 @@ from .test_crash import get_jobs, lease_all, pipeline, push_batch
 TTL = "1"  # --lease-ttl-s: short, so that a takeover comes within a second or two
 SEEDS = range(int(os.environ.get("TRIOQ_FAILOVER_SEEDS", "3")))  # `make soak` sets more
 TAKEOVER_TIMEOUT_S = 30.0
+# Where the active broker commits: on its event loop (the default) or on a worker thread
+# pipelined with the next pass (--pg-commit-thread); fencing and outages hold for both.
+COMMITS = {"loop": (), "thread": ("--pg-commit-thread",)}
 
 
 class Pair:
     """Two brokers on one schema: `active` started first and holds the lease, `standby` waits."""
 
-    def __init__(self, factory: BrokerFactory, where: tuple[str, str], ttl: str = TTL) -> None:
+    def __init__(
+        self, factory: BrokerFactory, where: tuple[str, str], commit: str = "loop"
+    ) -> None:
         self.http_ports = free_port(), free_port()
-        self.active = self._start(factory, where, ttl, self.http_ports[0])
-        self.standby = self._start(factory, where, ttl, self.http_ports[1])
+        self.active = self._start(factory, where, commit, self.http_ports[0])
+        self.standby = self._start(factory, where, commit, self.http_ports[1])
         self.active_address = f"127.0.0.1:{self.active.address[1]}"
         status = self.wait_for(1, lambda s: s["active"] == self.active_address)
         assert status["role"] == "standby", status
 
     @staticmethod
-    def _start(factory: BrokerFactory, where: tuple[str, str], ttl: str, port: int) -> Any:
-        return factory("--lease-ttl-s", ttl, "--http-port", str(port), postgres=where)
+    def _start(factory: BrokerFactory, where: tuple[str, str], commit: str, port: int) -> Any:
+        options = ("--lease-ttl-s", TTL, "--http-port", str(port), *COMMITS[commit])
+        return factory(*options, postgres=where)
 
     def health(self, which: int) -> dict[str, Any]:
         """/health of broker 0 (first active) or 1 (first standby); {} while it cannot answer."""
@@ -73,13 +79,17 @@ def lease_epoch(url: str, schema: str) -> int:
     return int(row[0])
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("seed", "commit"), [*((s, "loop") for s in SEEDS), (0, "thread")])
 def test_failover_under_load_loses_and_duplicates_nothing(
-    broker_factory: BrokerFactory, postgres_server: PrivateServer, pg_schema: str, seed: int
+    broker_factory: BrokerFactory,
+    postgres_server: PrivateServer,
+    pg_schema: str,
+    seed: int,
+    commit: str,
 ) -> None:
     rng = random.Random(seed)
     where = (postgres_server.url, pg_schema)
-    pair = Pair(broker_factory, where)
+    pair = Pair(broker_factory, where, commit)
     leased_queue, pushed_queue = f"leased-{seed}", f"pushed-{seed}"
     with FrameSocket(pair.standby.address) as client:  # forwarded to the active broker
         ids = push_batch(client, leased_queue, [{"data": {"n": i}} for i in range(200)])
@@ -114,11 +124,12 @@ def test_failover_under_load_loses_and_duplicates_nothing(
     assert set(stored(postgres_server.url, pg_schema, leased_queue).values()) == {"completed"}
 
 
+@pytest.mark.parametrize("commit", COMMITS)
 def test_a_paused_active_broker_that_lost_its_lease_never_writes_again(
-    broker_factory: BrokerFactory, postgres_server: PrivateServer, pg_schema: str
+    broker_factory: BrokerFactory, postgres_server: PrivateServer, pg_schema: str, commit: str
 ) -> None:
     where = (postgres_server.url, pg_schema)
-    pair = Pair(broker_factory, where)
+    pair = Pair(broker_factory, where, commit)
     old_epoch = lease_epoch(postgres_server.url, pg_schema)
     with FrameSocket(pair.active.address) as old:  # straight to the old active broker
         assert old.call("PUSH", queue="fenced", data="before")["ok"] is True
@@ -141,13 +152,14 @@ def test_a_paused_active_broker_that_lost_its_lease_never_writes_again(
     assert pair.active.alive()
 
 
+@pytest.mark.parametrize("commit", COMMITS)
 def test_a_database_outage_withholds_replies_and_the_broker_serves_again(
-    broker_factory: BrokerFactory, postgres_server: PrivateServer, pg_schema: str
+    broker_factory: BrokerFactory, postgres_server: PrivateServer, pg_schema: str, commit: str
 ) -> None:
     where = (postgres_server.url, pg_schema)
     http_port = free_port()
     broker: BrokerProcess = broker_factory(
-        "--lease-ttl-s", TTL, "--http-port", str(http_port), postgres=where
+        "--lease-ttl-s", TTL, "--http-port", str(http_port), *COMMITS[commit], postgres=where
     )
     before = [{"cmd": "PUSH", "reqId": f"b{i}", "queue": "out", "data": i} for i in range(100)]
     during = [{"cmd": "PUSH", "reqId": f"d{i}", "queue": "out", "data": i} for i in range(50)]
