@@ -7,26 +7,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import msgspec
 import pytest
 
-from protocol import decode_command
-from protocol.codec import Rejected
+from tests.protocol.decoding import decode, error_of
 
 Q = {"queue": "q"}
 WRONG = {"not": "a number"}
 
-
-def decode(message: dict[str, Any]) -> Any:
-    command = decode_command(msgspec.msgpack.encode(message))
-    assert not isinstance(command, Rejected), command
-    return command
-
-
-def error_of(message: dict[str, Any]) -> str:
-    command = decode_command(msgspec.msgpack.encode(message))
-    assert isinstance(command, Rejected), command
-    return command.error
 
 
 # --- queue admin -------------------------------------------------------------------------------

@@ -10,24 +10,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol import decode_command
-from protocol.codec import Rejected
 from protocol.flows import FlowJob
+from tests.protocol.decoding import decode, error_of
 
 WRONG = {"not": "a number"}
 MAX_DURATION = 4_320_000_000_000_000
 
-
-def decode(message: dict[str, Any]) -> Any:
-    command = decode_command(msgspec.msgpack.encode(message))
-    assert not isinstance(command, Rejected), command
-    return command
-
-
-def error_of(message: dict[str, Any]) -> str:
-    command = decode_command(msgspec.msgpack.encode(message))
-    assert isinstance(command, Rejected), command
-    return command.error
 
 
 def node(job_id: Any = "a", queue: Any = "q", **options: Any) -> dict[str, Any]:
