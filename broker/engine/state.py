@@ -286,18 +286,21 @@ class EngineState:
         if self.done_ids:
             self.done_ids.pop(job.id, None)  # the id is live again (a reused custom id)
         job.state = ""
-        # Each step only for a job that needs it: this runs for every job pushed.
-        if job.unique_key is not None or job.debounce_id is not None:
+        # Each step only for a job that needs it: this runs for every job pushed. The options
+        # are read from `opts` directly (`job.ttl` and the others are property calls).
+        opts = job.opts
+        if opts.unique_key is not None or opts.debounce_id is not None:
             self._take_keys(job, now)
-        if job.ttl:
+        if opts.ttl:
             arm_ttl(self, job)
         self.totals["pushed"] += 1
         if self.emitting:  # `emit`, inline
             self.events.append(("pushed", job, {}))
-        if job.depends_on:
+        if opts.depends_on:
             self._wait_for_dependencies(job, now)
         else:
-            job.pending_deps = 0
+            if job.pending_deps:  # written only to change it: a write gives the job a __dict__
+                job.pending_deps = 0
             self.schedule(job, now)
 
     # -- restart -------------------------------------------------------------------------------
@@ -631,7 +634,8 @@ class EngineState:
     def complete(self, job: Job, now: float, result: bytes | None, remove: bool) -> None:
         """ACK: the job is done; keep it (within retention) or forget it."""
         self._end_activity(job)
-        if job.unique_key is not None or job.debounce_id is not None:  # most jobs hold no key
+        opts = job.opts
+        if opts.unique_key is not None or opts.debounce_id is not None:  # most jobs hold no key
             self._free_keys(job)
         if remove:
             self.forget(job)

@@ -110,7 +110,7 @@ def _add_job(parts: list[Any], job: Job) -> None:
     entries = len(timeline) // TIMELINE_ENTRY
     parts.append(_TIMELINE_HEADERS[entries] if entries < 16 else Raw(_array_header(entries)))
     values = iter(timeline)
-    for state, timestamp, error in zip(values, values, values):  # TIMELINE_ENTRY at a time
+    for state, timestamp, error in zip(values, values, values, strict=True):  # by TIMELINE_ENTRY
         if error is None:
             parts += (_ENTRY.get(state) or _entry_head(state, False), timestamp)
         else:
