@@ -808,7 +808,8 @@ class EngineState:
         return writes, deletes
 
     def housekeeping_due(self) -> bool:
-        """Whether work is left for `housekeep` (the actor then runs passes without sleeping)."""
+        """Whether work is left for `housekeep` (the actor then runs passes without sleeping).
+        The actor reads these three fields inline on every pass (actor.py): keep it in step."""
         return bool(self.purges or self.graveyard.lots or self.untidy)
 
     def housekeep(self) -> None:
