@@ -74,6 +74,8 @@ READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports c
 # satisfy a later `dependsOn`; the oldest are dropped past this many (memory only).
 KEEP_DONE_IDS = 50_000
 
+TIMELINE_FULL = MAX_TIMELINE * TIMELINE_ENTRY  # values in a timeline at its cap
+
 
 class EngineState:
     """All job state plus the timer wheel; pure (callers pass `now`)."""
@@ -179,7 +181,11 @@ class EngineState:
         if job.state:
             self._leave(queue, job)
         job.state = state
-        self._record(job, state, error)
+        timeline = job.timeline
+        if timeline and timeline[-TIMELINE_ENTRY] != state and len(timeline) < TIMELINE_FULL:
+            job.timeline = (*timeline, state, self.now, error)  # `_record`'s usual case, inline
+        else:
+            self._record(job, state, error)
         queue.counts[state] += 1
         if state == COMPLETED:
             self.completed.count += 1
@@ -210,7 +216,7 @@ class EngineState:
                 first = self._first_entry = (state, self.now, error)
             job.timeline = first
             return
-        if len(timeline) >= MAX_TIMELINE * TIMELINE_ENTRY:
+        if len(timeline) >= TIMELINE_FULL:
             timeline = timeline[TIMELINE_ENTRY:]
         job.timeline = (*timeline, state, self.now, error)
 

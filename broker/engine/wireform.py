@@ -122,7 +122,8 @@ def _encoded(parts: list[Any]) -> Raw:
     """The concatenated encodings of `parts` (their list's own header cut off)."""
     buffer = bytearray()
     _encode_into(parts, buffer)
-    del buffer[: len(_array_header(len(parts)))]  # at the front of a bytearray: no copy
+    size = len(parts)  # the list's header: 1, 3 or 5 bytes (see _array_header)
+    del buffer[: 1 if size <= 15 else 3 if size <= 0xFFFF else 5]  # at the front: no copy
     return Raw(buffer)
 
 
