@@ -499,7 +499,11 @@ class EngineActor:
         for session in outbox:
             session.send_staged()
         outbox.clear()
-        self._publish(self.engine.state.events)
+        state = self.engine.state
+        if state.events:
+            self._publish(state.events)
+        else:  # `_publish` with nothing to publish, inline: most passes emit no event
+            state.emitting = self.bus.listening()
 
     def _publish(self, events: list[Any]) -> None:
         """A pass is committed: now subscribers and webhooks may hear of its events."""

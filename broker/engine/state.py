@@ -438,7 +438,7 @@ class EngineState:
     def make_ready(self, job: Job) -> None:
         """Put a job in its queue's ready heap and mark the queue for waiting pulls."""
         self._enter(job, PRIORITIZED if job.opts.priority > 0 else WAITING)
-        queue = self.queue(job.queue)
+        queue = self.queues[job.queue]  # `_enter` made it
         queue.push_ready(job, next(self._seq))
         if queue.waiters:
             self.dirty_queues.add(queue)
