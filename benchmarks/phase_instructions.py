@@ -2,6 +2,7 @@
 
     python -m benchmarks.phase_instructions OLD_ROOT NEW_ROOT [--requests 1000]
                                             [--scenarios count,push,pull,ack,pullb,ackb,mixed]
+                                            [--wired]
 
 Like `benchmarks.instructions` (same roots), but valgrind runs with `--instr-atstart=no` and a
 tiny helper compiled here with the system's C compiler switches callgrind's instrumentation on
@@ -14,7 +15,9 @@ scheduler turn between them, so the count is the engine's and the codec's cost p
 Scenarios: `count` (a Count command: what every request pays, whatever it does), `push`, `pull`
 (PULL of a filled queue), `ack`, `pullb` and `ackb` (PULLB of 100 / ACKB of 100 ids, per job),
 `mixed` (a long poll parks, a PUSH is handed to it, the worker ACKs: per job, the three requests
-and the actor's wake-ups for the poll's timer). Needs valgrind and its headers
+and the actor's wake-ups for the poll's timer). `--wired` connects the actor to its metrics and
+the webhook dispatcher as a served broker does (`App.wire`: a histogram per pass, per started
+and per completed job, the webhook check per pass). Needs valgrind and its headers
 (`valgrind/callgrind.h`) and a C compiler.
 """
 
@@ -47,7 +50,7 @@ def build_helper(directory: str) -> str:
     return library
 
 
-def workload(root: str, scenario: str, count: int, helper: str) -> None:
+def workload(root: str, scenario: str, count: int, helper: str, wired: bool = False) -> None:
     """The measured run (in the child process under valgrind), against the build at `root`."""
     sys.path.insert(0, root)
     import ctypes
@@ -80,6 +83,11 @@ def workload(root: str, scenario: str, count: int, helper: str) -> None:
 
     async def main() -> None:
         actor = EngineActor(Engine(), Clock(), None)
+        if wired:
+            from broker.app import App
+            from broker.config import Config
+
+            App(Config(memory=True)).wire(actor, None)  # type: ignore[arg-type]  # no TCP server
         sink = Sink(actor.outbox, InFlight(), direct_send=len)
 
         async def inline(payload: bytes) -> None:
@@ -134,7 +142,9 @@ def workload(root: str, scenario: str, count: int, helper: str) -> None:
     trio.run(main)
 
 
-def count_instructions(root: str, scenario: str, count: int, helper: str) -> float:
+def count_instructions(
+    root: str, scenario: str, count: int, helper: str, wired: bool = False
+) -> float:
     """Instructions callgrind counted in the measured phase, per request (per job for
     PULLB, ACKB and mixed)."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -142,7 +152,7 @@ def count_instructions(root: str, scenario: str, count: int, helper: str) -> flo
         run = subprocess.run(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
              sys.executable, "-m", "benchmarks.phase_instructions", "--workload", root, scenario,
-             str(count), helper],
+             str(count), helper, *(["wired"] if wired else [])],
             capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
         )  # fmt: skip
     total = int(re.search(r"Collected : (\d+)", run.stderr).group(1))  # type: ignore[union-attr]
@@ -152,19 +162,20 @@ def count_instructions(root: str, scenario: str, count: int, helper: str) -> flo
 def main() -> int:
     """Entry point: print the table."""
     if len(sys.argv) > 1 and sys.argv[1] == "--workload":
-        workload(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        workload(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], "wired" in sys.argv[6:])
         return 0
     parser = argparse.ArgumentParser(prog="python -m benchmarks.phase_instructions")
     parser.add_argument("old")
     parser.add_argument("new")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--wired", action="store_true", help="metrics and webhooks wired")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         helper = build_helper(scratch)
         for scenario in args.scenarios.split(","):
-            old, new = (count_instructions(root, scenario, args.requests, helper)
+            old, new = (count_instructions(root, scenario, args.requests, helper, args.wired)
                         for root in (args.old, args.new))  # fmt: skip
             print(f"{scenario}: {old:,.0f} -> {new:,.0f}", file=sys.stderr)
             rows.append((scenario, old, new))

@@ -83,8 +83,9 @@ class App:
         """Connect an engine to its metrics and webhooks (the dispatcher still has to run)."""
         config = self.config
         metrics = Metrics(actor.engine.state, lambda: len(tcp.connections), role)
-        actor.engine.state.on_start = metrics.job_started
-        actor.engine.state.on_complete = metrics.job_completed
+        # The histograms' own methods: one call per job, not two (`job_started` calls it).
+        actor.engine.state.on_start = metrics.push_to_start.observe_ms
+        actor.engine.state.on_complete = metrics.processing.observe_ms
         actor.on_pass = metrics.pass_commands.observe
         engine = actor.engine
         engine.prometheus = lambda: metrics.render().decode()  # the Prometheus command

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from typing import Any, Union
 
 import msgspec
@@ -45,6 +46,7 @@ _decode_command = msgspec.msgpack.Decoder(_AnyCommand, ext_hook=ext_hook).decode
 _decode_any = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode
 _decode_pushb_items = msgspec.msgpack.Decoder(PushBatchItems, ext_hook=ext_hook).decode
 _encoder = msgspec.msgpack.Encoder()
+_pack_length = struct.Struct(">I").pack_into  # a frame's 4-byte big-endian length prefix
 encode = _encoder.encode
 
 _MSGSPEC_TYPE_ERROR = re.compile(r"Expected `(?P<kind>[^`]+)`, got `[^`]+` - at `\$\.(?P<path>.+)`")
@@ -158,7 +160,8 @@ def append_frame(buffer: bytearray, reply: Any) -> None:
     start = len(buffer)
     buffer += b"\0\0\0\0"
     _encoder.encode_into(reply, buffer, start + 4)
-    buffer[start : start + 4] = (len(buffer) - start - 4).to_bytes(4, "big")
+    # One C call, no objects: a slice assignment of bytes would copy them to a bytearray first.
+    _pack_length(buffer, start, len(buffer) - start - 4)
 
 
 def decode_any(payload: bytes) -> Any:

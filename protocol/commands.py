@@ -193,7 +193,10 @@ class Pull(Command, tag="PULL"):
 
     def __post_init__(self) -> None:
         self.queue = queue_name(self.queue)
-        self.timeout = poll_timeout(self.timeout)
+        if self.timeout is None:  # `poll_timeout`'s default without the call (every PULL)
+            self.timeout = 0
+        else:
+            self.timeout = poll_timeout(self.timeout)
         if self.owner is self.lockTtl is self.detach is self.group is None:
             # The common PULL: no lease, no group; nothing more to check.
             self.lockTtl = DEFAULT_LOCK_TTL_MS

@@ -346,7 +346,10 @@ class EngineActor:
             return True
         self._send_replies()
         state = self.engine.state
-        if state.wheel.next_deadline() < armed or state.housekeeping_due():
+        timers = state.wheel.heap
+        # `wheel.next_deadline() < armed or state.housekeeping_due()`, inline (every request).
+        earlier = timers and timers[0].at_ms < armed
+        if earlier or state.untidy or state.purges or state.graveyard.lots:
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True
@@ -389,8 +392,10 @@ class EngineActor:
         now = self.clock.now_ms()
         state.now = now
         # Each tick only when it has something to do (what `tick` looks at): most passes
-        # find no parked poll to serve, no finished job and no deadline passed.
-        if state.dirty_queues or state.finished or state.wheel.next_deadline() <= now:
+        # find no parked poll to serve, no finished job and no deadline passed. The timer
+        # check reads the wheel's heap inline: this runs for every pass.
+        timers = state.wheel.heap
+        if state.dirty_queues or state.finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
         commands = 0
         for item in items:
@@ -405,10 +410,11 @@ class EngineActor:
                 engine.webhooks.record_delivery(item)
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
-        if state.dirty_queues or state.finished or state.wheel.next_deadline() <= now:
+        timers = state.wheel.heap  # `compact` may have replaced the list
+        if state.dirty_queues or state.finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
-        if engine.state.housekeeping_due():
-            engine.state.housekeep()
+        if state.untidy or state.purges or state.graveyard.lots:  # `housekeeping_due`, inline
+            state.housekeep()
         self.passes += 1
         if self.on_pass is not None:
             self.on_pass(commands)
@@ -493,7 +499,11 @@ class EngineActor:
         for session in outbox:
             session.send_staged()
         outbox.clear()
-        self._publish(self.engine.state.events)
+        state = self.engine.state
+        if state.events:
+            self._publish(state.events)
+        else:  # `_publish` with nothing to publish, inline: most passes emit no event
+            state.emitting = self.bus.listening()
 
     def _publish(self, events: list[Any]) -> None:
         """A pass is committed: now subscribers and webhooks may hear of its events."""

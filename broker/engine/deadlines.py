@@ -85,12 +85,15 @@ def arm_ttl(state: TimedState, job: Job) -> None:
 
 
 def arm_timeout(state: TimedState, job: Job, started_at: float) -> None:
+    """A job became active (`_enter` made its queue): arm its processing timeout and its stall
+    check, if it has them."""
     job.activation += 1
-    if job.opts.timeout:
-        state.wheel.schedule(started_at + job.opts.timeout, TIMEOUT, job, job.activation)
+    opts = job.opts
+    if opts.timeout:
+        state.wheel.schedule(started_at + opts.timeout, TIMEOUT, job, job.activation)
     # What `_stall_interval` reads, checked here first: every claim passes here, and most
     # jobs and queues configure no stall check.
-    if job.opts.stall_timeout is not None or state.queue(job.queue).stall_config:
+    if opts.stall_timeout is not None or state.queues[job.queue].stall_config:
         _arm_stall_check(state, job)
 
 

@@ -247,9 +247,14 @@ class JobCommands:
 
     def ack(self, session: ReplySink, command: cmd.Ack, now: float) -> Reply:
         """ACK: complete an active job (token required when it is leased)."""
-        if is_late(self.state, command.id, command.token):
-            return already_finalized()
-        job = active_job(self.state, command.id, command.token)
+        job = self.state.jobs.get(command.id)
+        token = command.token
+        # An active job without a lease, acked without a token, passes both checks below:
+        # that case is tested inline first (every ACK).
+        if job is None or job.state != ACTIVE or token is not None or job.lock_token is not None:
+            if is_late(self.state, command.id, token):
+                return already_finalized()
+            job = active_job(self.state, command.id, token)
         remove = command.removeOnComplete or job.opts.remove_on_complete
         self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
         return {"ok": True}
@@ -259,8 +264,12 @@ class JobCommands:
         ids: list[str] = command.ids
         tokens = command.tokens or [None] * len(ids)
         results: list[Any] = command.results or [None] * len(ids)
+        jobs = self.state.jobs
         for job_id, token in zip(ids, tokens, strict=True):  # every position: a repeated
-            if not is_late(self.state, job_id, token):  # id with one wrong token rejects the batch
+            job = jobs.get(job_id)  # id with one wrong token rejects the batch
+            if job is not None and token is None and job.state == ACTIVE and job.lock_token is None:
+                continue  # an active job without a lease, acked without a token: it passes
+            if not is_late(self.state, job_id, token):
                 active_job(self.state, job_id, token)
         ignored_ids: list[str] = []
         ignored_indices: list[int] = []

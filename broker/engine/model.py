@@ -173,6 +173,8 @@ class Options:
     # The WireJob values from `priority` to `debounce_ttl`, made once per option set (a PULL's
     # reply then copies one tuple instead of loading 25 attributes).
     wire_tail: tuple[Any, ...] = attrs.field(init=False)
+    # The options' runs of a pulled job's encoded map (wireform.py), made on the first pull.
+    wire_pieces: tuple[Any, ...] | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "wire_tail", tuple(getattr(self, n) for n in WIRE_TAIL))

@@ -33,6 +33,7 @@ from .routing import Routes
 from .schedule import next_occurrence
 from .sink import ReplySink
 from .state import EngineState
+from .wireform import wire_job, wire_jobs
 
 Reply = dict[str, Any]
 
@@ -190,11 +191,11 @@ class Pulls:
     def _pulled(self, command: Any, batch: bool, jobs: list[Job], tokens: list) -> Reply:
         leased = command.owner is not None
         if batch:
-            reply: Reply = {"ok": True, "jobs": [job.to_wire() for job in jobs]}
+            reply: Reply = {"ok": True, "jobs": wire_jobs(jobs)}
             if leased:
                 reply["tokens"] = tokens
             return reply
-        reply = {"ok": True, "job": jobs[0].to_wire() if jobs else None}
+        reply = {"ok": True, "job": wire_job(jobs[0]) if jobs else None}
         if leased:
             reply["token"] = tokens[0] if tokens else None
         return reply

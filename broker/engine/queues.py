@@ -122,7 +122,8 @@ class QueueState:
         """Whether a current ready entry exists (drops stale ones at the top)."""
         ready = self.ready
         while ready:
-            if is_current(ready[0]):
+            job = ready[0][JOB]
+            if job.ready_seq == ready[0][SEQ] and job.state in READY_STATES:  # is_current, inline
                 return True
             heapq.heappop(ready)
         return False

@@ -74,6 +74,8 @@ READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports c
 # satisfy a later `dependsOn`; the oldest are dropped past this many (memory only).
 KEEP_DONE_IDS = 50_000
 
+TIMELINE_FULL = MAX_TIMELINE * TIMELINE_ENTRY  # values in a timeline at its cap
+
 
 class EngineState:
     """All job state plus the timer wheel; pure (callers pass `now`)."""
@@ -179,7 +181,11 @@ class EngineState:
         if job.state:
             self._leave(queue, job)
         job.state = state
-        self._record(job, state, error)
+        timeline = job.timeline
+        if timeline and timeline[-TIMELINE_ENTRY] != state and len(timeline) < TIMELINE_FULL:
+            job.timeline = (*timeline, state, self.now, error)  # `_record`'s usual case, inline
+        else:
+            self._record(job, state, error)
         queue.counts[state] += 1
         if state == COMPLETED:
             self.completed.count += 1
@@ -210,7 +216,7 @@ class EngineState:
                 first = self._first_entry = (state, self.now, error)
             job.timeline = first
             return
-        if len(timeline) >= MAX_TIMELINE * TIMELINE_ENTRY:
+        if len(timeline) >= TIMELINE_FULL:
             timeline = timeline[TIMELINE_ENTRY:]
         job.timeline = (*timeline, state, self.now, error)
 
@@ -286,18 +292,21 @@ class EngineState:
         if self.done_ids:
             self.done_ids.pop(job.id, None)  # the id is live again (a reused custom id)
         job.state = ""
-        # Each step only for a job that needs it: this runs for every job pushed.
-        if job.unique_key is not None or job.debounce_id is not None:
+        # Each step only for a job that needs it: this runs for every job pushed. The options
+        # are read from `opts` directly (`job.ttl` and the others are property calls).
+        opts = job.opts
+        if opts.unique_key is not None or opts.debounce_id is not None:
             self._take_keys(job, now)
-        if job.ttl:
+        if opts.ttl:
             arm_ttl(self, job)
         self.totals["pushed"] += 1
         if self.emitting:  # `emit`, inline
             self.events.append(("pushed", job, {}))
-        if job.depends_on:
+        if opts.depends_on:
             self._wait_for_dependencies(job, now)
         else:
-            job.pending_deps = 0
+            if job.pending_deps:  # written only to change it: a write gives the job a __dict__
+                job.pending_deps = 0
             self.schedule(job, now)
 
     # -- restart -------------------------------------------------------------------------------
@@ -429,7 +438,7 @@ class EngineState:
     def make_ready(self, job: Job) -> None:
         """Put a job in its queue's ready heap and mark the queue for waiting pulls."""
         self._enter(job, PRIORITIZED if job.opts.priority > 0 else WAITING)
-        queue = self.queue(job.queue)
+        queue = self.queues[job.queue]  # `_enter` made it
         queue.push_ready(job, next(self._seq))
         if queue.waiters:
             self.dirty_queues.add(queue)
@@ -631,7 +640,8 @@ class EngineState:
     def complete(self, job: Job, now: float, result: bytes | None, remove: bool) -> None:
         """ACK: the job is done; keep it (within retention) or forget it."""
         self._end_activity(job)
-        if job.unique_key is not None or job.debounce_id is not None:  # most jobs hold no key
+        opts = job.opts
+        if opts.unique_key is not None or opts.debounce_id is not None:  # most jobs hold no key
             self._free_keys(job)
         if remove:
             self.forget(job)
@@ -804,7 +814,8 @@ class EngineState:
         return writes, deletes
 
     def housekeeping_due(self) -> bool:
-        """Whether work is left for `housekeep` (the actor then runs passes without sleeping)."""
+        """Whether work is left for `housekeep` (the actor then runs passes without sleeping).
+        The actor reads these three fields inline on every pass (actor.py): keep it in step."""
         return bool(self.purges or self.graveyard.lots or self.untidy)
 
     def housekeep(self) -> None:

@@ -17,17 +17,31 @@ MINUTE_MS = 60_000
 class MinuteCounts:
     """One queue's finishes of one kind, counted per minute."""
 
-    __slots__ = ("buckets", "prev_count", "prev_ts", "total")
+    __slots__ = (
+        "buckets", "minute", "minute_ends", "minute_starts", "prev_count", "prev_ts", "total",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.total = 0
         self.prev_ts = 0.0
         self.prev_count = 0
         self.buckets: dict[int, int] = {}
+        # The minute of the last finish, and its bounds in epoch ms (empty until one).
+        self.minute = 0
+        self.minute_starts = self.minute_ends = 0.0
 
     def record(self, now: float) -> None:
         """Count one finish at `now` (epoch ms)."""
-        minute = int(now // MINUTE_MS)
+        if self.minute_starts <= now < self.minute_ends:  # the last finish's minute: most calls
+            count = self.prev_count + 1
+            self.buckets[self.minute] = count
+            self.total += 1
+            self.prev_ts = float(now)
+            self.prev_count = count
+            return
+        minute = self.minute = int(now // MINUTE_MS)
+        self.minute_starts = float(minute * MINUTE_MS)
+        self.minute_ends = float((minute + 1) * MINUTE_MS)
         buckets = self.buckets
         count = buckets[minute] = buckets.get(minute, 0) + 1
         self.total += 1

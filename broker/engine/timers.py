@@ -29,33 +29,35 @@ class TimerWheel:
     """Deadlines in epoch milliseconds; pure (the caller passes `now_ms`)."""
 
     def __init__(self) -> None:
-        self._heap: list[Timer] = []
+        # The actor reads the top of the heap on every pass (a method call costs more than the
+        # check); only the wheel's methods change it.
+        self.heap: list[Timer] = []
         self._seq = itertools.count()
         # Timers known to be stale (their job was removed): see housekeeping.py.
         self.stale = 0
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self.heap)
 
     def schedule(self, at_ms: float, kind: str, target: Any, token: Any = None) -> None:
         """Arrange for (kind, target, token) to come out of `pop_due` once `at_ms` has passed."""
-        heapq.heappush(self._heap, Timer(at_ms, next(self._seq), kind, target, token))
+        heapq.heappush(self.heap, Timer(at_ms, next(self._seq), kind, target, token))
 
     def compact(self, is_current: Any) -> list[Timer]:
         """Keep only the timers `is_current(timer)` approves (lazy deletion's bulk prune);
         returns the old heap, for the caller to let go of when convenient."""
-        old = self._heap
-        self._heap = [timer for timer in old if is_current(timer)]
-        heapq.heapify(self._heap)
+        old = self.heap
+        self.heap = [timer for timer in old if is_current(timer)]
+        heapq.heapify(self.heap)
         self.stale = 0
         return old
 
     def next_deadline(self) -> float:
         """The earliest deadline, or inf when nothing is scheduled."""
-        return self._heap[0].at_ms if self._heap else math.inf
+        return self.heap[0].at_ms if self.heap else math.inf
 
     def pop_due(self, now_ms: float) -> Iterator[Timer]:
         """Yield every timer whose deadline is at or before `now_ms`, earliest first."""
-        heap = self._heap
+        heap = self.heap
         while heap and heap[0].at_ms <= now_ms:
             yield heapq.heappop(heap)

@@ -151,7 +151,11 @@ class WebhookRegistry:
 
     def has_enabled(self) -> bool:
         """Whether any enabled webhook exists (events are collected only then)."""
-        return any(hook.enabled for hook in self._hooks.values())
+        # A loop, not any() over a generator: the actor asks on every pass.
+        for hook in self._hooks.values():  # noqa: SIM110
+            if hook.enabled:
+                return True
+        return False
 
     def matching(self, message: dict[str, object]) -> list[Webhook]:
         """The enabled webhooks that take this event."""

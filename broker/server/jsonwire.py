@@ -28,6 +28,8 @@ import msgspec
 
 from protocol import Rejected, decode_command
 
+from ..engine.wireform import wire_parts
+
 log = logging.getLogger(__name__)
 
 JS_UNDEFINED_EXT = 0
@@ -132,6 +134,9 @@ def _readable(value: Any) -> Any:
         try:
             return _from_msgpack(value)
         except (msgspec.DecodeError, ValueError, RecursionError):
+            parts = wire_parts(value)  # a pulled job: only its data is unreadable
+            if parts is not None:
+                return _readable(parts)
             return {"$msgpack": bytes(value)}  # JSON shows bytes as base64
     if isinstance(value, msgspec.Struct):
         value = msgspec.structs.asdict(value)

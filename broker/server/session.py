@@ -107,8 +107,12 @@ class Session:
                 sent = self._direct_send(data)
             except OSError:
                 sent = 0  # the writer will meet the same error and end the connection
-        if sent == len(data):
-            self.written(count)
+        if sent == len(data):  # `written(count)`, inline for the usual reply: nobody waits
+            if self._capacity_waiting or self._flushed_waiting:
+                self.written(count)
+            else:
+                self._writing = False
+                self.budget.count -= count
             return
         self._ready += memoryview(data)[sent:]
         self._ready_count += count

@@ -46,6 +46,17 @@ async def test_leased_job_needs_its_token(client: FrameClient) -> None:
     assert (await client.call("ACK", id=job_id, token=token))["ok"] is True
 
 
+async def test_a_token_for_a_job_pulled_without_a_lease_is_refused(client: FrameClient) -> None:
+    first, second = await push(client), await push(client)
+    await client.call("PULLB", queue="q", count=2)  # no owner: no lease, no token
+    wrong = await client.call("ACK", id=first, token="made-up")
+    assert wrong["error"] == f"Invalid or expired lock token for job {first}"
+    batch = await client.call("ACKB", ids=[first, second], tokens=[None, "made-up"])
+    assert batch["error"] == f"Invalid or expired lock token for job {second}"
+    assert [await state_of(client, i) for i in (first, second)] == ["active"] * 2
+    assert (await client.call("ACKB", ids=[first, second]))["ok"] is True
+
+
 async def test_remove_on_complete_forgets_the_job(client: FrameClient) -> None:
     kept = await push(client)
     by_option = await push(client, removeOnComplete=True)
@@ -77,6 +88,15 @@ async def test_ackb_with_a_missing_job_changes_nothing(client: FrameClient) -> N
     reply = await client.call("ACKB", ids=[job_id, "ghost"])
     assert reply["error"] == "Job not found or not in processing state: ghost"
     assert await state_of(client, job_id) == "active"
+
+
+async def test_ackb_with_a_job_not_yet_pulled_changes_nothing(client: FrameClient) -> None:
+    pulled = await push(client)
+    await client.call("PULL", queue="q")
+    waiting = await push(client)
+    reply = await client.call("ACKB", ids=[pulled, waiting])
+    assert reply["error"] == f"Job not found or not in processing state: {waiting}"
+    assert [await state_of(client, i) for i in (pulled, waiting)] == ["active", "waiting"]
 
 
 async def test_ackb_reports_repeated_ids_as_ignored(client: FrameClient) -> None:

@@ -7,6 +7,7 @@ import itertools
 import msgspec
 
 from broker.engine.model import FIELD_NAMES, Job
+from broker.engine.wireform import wire_job, wire_jobs
 from tests.engine.test_push_pull import REFERENCE_JOB_KEYS
 
 WIRE_TO_MODEL = {
@@ -59,3 +60,36 @@ def test_every_wire_key_shows_its_own_field_in_the_reference_order() -> None:
     ]
     assert [key for key in wire if key in REFERENCE_JOB_KEYS] == REFERENCE_JOB_KEYS
     assert set(wire) == {*WIRE_TO_MODEL, *REFERENCE_JOB_KEYS, "returnvalue"}
+
+
+def jobs_of_every_shape() -> list[Job]:
+    """Jobs whose wire forms differ in every way a pulled job's can: distinct values, options
+    holding dicts, an error in the timeline, a timeline longer than a fixmap's 15 entries."""
+    data = msgspec.msgpack.encode({"body": "x" * 80})
+    long_timeline = tuple(value for at in range(20) for value in ("waiting", at, None))
+    return [
+        job_with_distinct_values(),
+        Job("a", "q", "n", data, 1.5, 2, 3.25),
+        Job("b", "q", "n", data, 1, 2, 3, attempts=2, started_at=5.5, stacktrace=["at x"],
+            priority=3, repeat={"every": 5}, backoff_config={"type": "fixed"},
+            timeline=("waiting", 1, None, "active", 2.5, None, "failed", 3, "boom")),
+        Job("c", "q", "n", data, 1, 2, 3, timeline=long_timeline, tags=["t"], custom_id="c"),
+    ]  # fmt: skip
+
+
+def test_a_pulled_jobs_bytes_are_those_of_its_wire_struct() -> None:
+    encode = msgspec.msgpack.encode
+    jobs = jobs_of_every_shape()
+    for job in jobs:
+        for _ in range(2):  # the second time from the pieces kept on its Options
+            assert encode(wire_job(job)) == encode(job.to_wire()), job
+    for count in (0, 1, 4, 16):
+        shown = (jobs * 4)[:count]
+        assert encode(wire_jobs(shown)) == encode([job.to_wire() for job in shown])
+
+
+def test_options_the_engine_changes_in_place_are_encoded_as_they_are_now() -> None:
+    job = jobs_of_every_shape()[2]
+    wire_job(job)
+    job.repeat["nextCreated"] = True  # as a repeating job's first start does (pulls.py)
+    assert msgspec.msgpack.decode(wire_job(job))["repeat"] == {"every": 5, "nextCreated": True}

@@ -108,3 +108,17 @@ async def test_http_needs_a_bearer_token_when_tokens_are_set(nursery: trio.Nurse
     assert (await http(app, nursery, "GET", "/stats", token="s3cret"))[0] == 200
     assert (await http(app, nursery, "GET", "/healthz"))[0] == 200  # liveness stays open
     app.shutdown()
+
+
+async def test_metrics_time_each_job_from_push_to_start_and_to_completion(
+    app: App, nursery: trio.Nursery
+) -> None:
+    _, _, body = await http(app, nursery, "POST", "/queues/tq/jobs", {"name": "n", "data": 1})
+    await http(app, nursery, "GET", "/queues/tq/jobs?timeout=100")
+    await http(app, nursery, "POST", f"/jobs/{json.loads(body)['id']}/ack", {})
+    _, _, body = await http(app, nursery, "GET", "/metrics")
+    families = {family.name: family for family in text_string_to_metric_families(body.decode())}
+    for name in ("trioq_push_to_start_seconds", "trioq_processing_seconds"):
+        samples = {sample.name: sample.value for sample in families[name].samples}
+        assert samples[f"{name}_count"] == 1, name
+        assert 0 <= samples[f"{name}_sum"] < 60, name

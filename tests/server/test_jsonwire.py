@@ -7,6 +7,8 @@ import json
 
 import msgspec
 
+from broker.engine.model import Job
+from broker.engine.wireform import wire_job, wire_jobs
 from broker.server.jsonwire import UNSHOWABLE, command_from, reply_json
 from protocol import Rejected
 
@@ -42,3 +44,12 @@ def test_numbers_beyond_64_bits_are_a_clear_error() -> None:
         1, "Numbers must fit in 64 bits"
     )
     assert command_from([1]) == Rejected(None, "Invalid command")
+
+
+def test_a_pulled_job_with_unreadable_data_shows_every_other_field() -> None:
+    job = Job("a", "q", "n", b"\xd4\xff\x01", 1.5, 2, 3.25, timeline=("waiting", 1, None))
+    as_struct = json.loads(reply_json({"ok": True, "job": job.to_wire(), "jobs": [job.to_wire()]}))
+    pulled = json.loads(reply_json({"ok": True, "job": wire_job(job), "jobs": wire_jobs([job])}))
+    assert pulled == as_struct
+    assert pulled["job"]["data"] == {"$msgpack": "1P8B"}
+    assert pulled["jobs"][0]["id"] == "a"

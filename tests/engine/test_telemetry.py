@@ -1,0 +1,27 @@
+"""Per-minute finish counts (the Metrics reply's `data`): a finish counts in the minute its
+time falls in, including on the very edges of a minute."""
+
+from __future__ import annotations
+
+from broker.engine.telemetry import MINUTE_MS, MinuteCounts
+
+
+def counted(*times: float) -> list[int]:
+    counts = MinuteCounts()
+    for now in times:
+        counts.record(now)
+    return counts.view(0, -1)["data"]
+
+
+def test_a_finish_at_the_first_ms_of_a_minute_counts_in_that_minute() -> None:
+    assert counted(MINUTE_MS - 1, MINUTE_MS) == [1, 1]  # newest minute first
+    assert counted(MINUTE_MS - 0.5, MINUTE_MS, 2 * MINUTE_MS - 0.5) == [2, 1]
+    assert counted(MINUTE_MS, MINUTE_MS - 1) == [1, 1]  # a clock stepping back
+
+
+def test_the_last_finish_is_the_meta_of_its_minute() -> None:
+    counts = MinuteCounts()
+    for now in (5.0, 7.0, MINUTE_MS + 1, MINUTE_MS + 2, 9.0):
+        counts.record(now)
+    assert counts.view(0, -1)["meta"] == {"count": 5, "prevTS": 9.0, "prevCount": 3}
+    assert counts.view(0, -1)["data"] == [2, 3]
