@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,8 +48,9 @@ def build_helper(directory: str) -> str:
     return library
 
 
-def workload(root: str, scenario: str, count: int, helper: str) -> None:
-    """The measured run (in the child process under valgrind), against the build at `root`."""
+def workload(root: str, scenario: str, count: int, helper: str, sqlite_dir: str = "") -> None:
+    """The measured run (in the child process under valgrind), against the build at `root`;
+    with `sqlite_dir`, each pass commits to a SQLite file store there (the commit counted)."""
     sys.path.insert(0, root)
     import ctypes
 
@@ -63,6 +65,7 @@ def workload(root: str, scenario: str, count: int, helper: str) -> None:
     from broker.server.frontdoor import InFlight
     from broker.server.session import Session
     from protocol import decode_command
+    from store.sqlite import SqliteStore
 
     toggle = ctypes.CDLL(helper)
     replies: list[dict[str, Any]] = []
@@ -79,7 +82,8 @@ def workload(root: str, scenario: str, count: int, helper: str) -> None:
         return msgspec.msgpack.encode({**fields, "reqId": "00000001"})
 
     async def main() -> None:
-        actor = EngineActor(Engine(), Clock(), None)
+        store = SqliteStore(os.path.join(sqlite_dir, "trioq.db")) if sqlite_dir else None
+        actor = EngineActor(Engine(), Clock(), store)
         sink = Sink(actor.outbox, InFlight(), direct_send=len)
 
         async def inline(payload: bytes) -> None:
@@ -134,17 +138,24 @@ def workload(root: str, scenario: str, count: int, helper: str) -> None:
     trio.run(main)
 
 
-def count_instructions(root: str, scenario: str, count: int, helper: str) -> float:
+def count_instructions(
+    root: str, scenario: str, count: int, helper: str, sqlite: bool = False, keep: str = ""
+) -> float:
     """Instructions callgrind counted in the measured phase, per request (per job for
-    PULLB, ACKB and mixed)."""
+    PULLB, ACKB and mixed). With `sqlite`, each pass commits to a SQLite file; with `keep`,
+    callgrind's output file is copied there (for callgrind_annotate)."""
     with tempfile.TemporaryDirectory() as scratch:
         out = os.path.join(scratch, "callgrind.out")
+        store = [scratch] if sqlite else []
         run = subprocess.run(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
              sys.executable, "-m", "benchmarks.phase_instructions", "--workload", root, scenario,
-             str(count), helper],
+             str(count), helper, *store],
             capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
         )  # fmt: skip
+        if keep:
+            label = os.path.basename(os.path.normpath(root))
+            shutil.copy(out, os.path.join(keep, f"callgrind.{label}.{scenario}.out"))
     total = int(re.search(r"Collected : (\d+)", run.stderr).group(1))  # type: ignore[union-attr]
     return total / count
 
@@ -152,19 +163,22 @@ def count_instructions(root: str, scenario: str, count: int, helper: str) -> flo
 def main() -> int:
     """Entry point: print the table."""
     if len(sys.argv) > 1 and sys.argv[1] == "--workload":
-        workload(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        workload(*sys.argv[2:4], int(sys.argv[4]), *sys.argv[5:])
         return 0
     parser = argparse.ArgumentParser(prog="python -m benchmarks.phase_instructions")
     parser.add_argument("old")
     parser.add_argument("new")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--sqlite", action="store_true", help="commit each pass to a SQLite file")
+    parser.add_argument("--keep", default="", metavar="DIR", help="copy callgrind's files to DIR")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         helper = build_helper(scratch)
         for scenario in args.scenarios.split(","):
-            old, new = (count_instructions(root, scenario, args.requests, helper)
+            old, new = (count_instructions(root, scenario, args.requests, helper, args.sqlite,
+                                           args.keep)
                         for root in (args.old, args.new))  # fmt: skip
             print(f"{scenario}: {old:,.0f} -> {new:,.0f}", file=sys.stderr)
             rows.append((scenario, old, new))

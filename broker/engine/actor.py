@@ -471,7 +471,20 @@ class EngineActor:
 
     def _take_writes(self) -> tuple[Any, ...] | None:
         """The pass's writes as `Store.commit` arguments, or None when there are none."""
-        changed, deleted, sync = self.engine.state.take_changes()
+        engine = self.engine
+        state = engine.state
+        records_changed = (
+            engine.crons.changed_crons or state.changed_settings or engine.webhooks.changed_hooks
+            or state.purge_writes or state.purge_deletes
+        )  # fmt: skip
+        if not records_changed:
+            # Jobs only (a pass of pushes, pulls or acks): the four calls below, each finding
+            # nothing, cost 8.5k of the 160k instructions of a PUSH committed to SQLite.
+            if not (state.changed or state.deleted):
+                return None
+            jobs, deleted, sync = state.take_changes()
+            return [job_to_row(job) for job in jobs], deleted, sync, (), ()
+        changed, deleted, sync = state.take_changes()
         records, record_deletes = self.engine.crons.take_writes()
         state_writes = (self.engine.settings.take_writes(), self.engine.webhooks.take_writes())
         for more, fewer in (*state_writes, self.engine.state.take_purge_writes()):
