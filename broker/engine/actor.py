@@ -212,6 +212,8 @@ class EngineActor:
                 self._commit()
                 await self._store_withheld()
                 self._send_replies()
+                if self.store is not None:
+                    self.store.tidy()  # after the replies: a due checkpoint delays none of them
                 if self._queued_batches:
                     # More work is already waiting: let other tasks (new connections, a Ping,
                     # the accept loop) have their turn before the next pass.
@@ -345,6 +347,8 @@ class EngineActor:
             self.inbox.send_nowait(Wake())
             return True
         self._send_replies()
+        if self.store is not None:
+            self.store.tidy()  # as in _serve
         state = self.engine.state
         if state.wheel.next_deadline() < armed or state.housekeeping_due():
             self._armed_deadline = None
