@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,8 +51,12 @@ def build_helper(directory: str) -> str:
     return library
 
 
-def workload(root: str, scenario: str, count: int, helper: str, wired: bool = False) -> None:
-    """The measured run (in the child process under valgrind), against the build at `root`."""
+def workload(
+    root: str, scenario: str, count: int, helper: str, wired: bool = False, sqlite_dir: str = ""
+) -> None:
+    """The measured run (in the child process under valgrind), against the build at `root`;
+    `wired` hooks up metrics and webhooks as a running broker does; with `sqlite_dir`, each pass
+    commits to a SQLite file store there (the commit counted)."""
     sys.path.insert(0, root)
     import ctypes
 
@@ -66,6 +71,7 @@ def workload(root: str, scenario: str, count: int, helper: str, wired: bool = Fa
     from broker.server.frontdoor import InFlight
     from broker.server.session import Session
     from protocol import decode_command
+    from store.sqlite import SqliteStore
 
     toggle = ctypes.CDLL(helper)
     replies: list[dict[str, Any]] = []
@@ -82,7 +88,8 @@ def workload(root: str, scenario: str, count: int, helper: str, wired: bool = Fa
         return msgspec.msgpack.encode({**fields, "reqId": "00000001"})
 
     async def main() -> None:
-        actor = EngineActor(Engine(), Clock(), None)
+        store = SqliteStore(os.path.join(sqlite_dir, "trioq.db")) if sqlite_dir else None
+        actor = EngineActor(Engine(), Clock(), store)
         if wired:
             from broker.app import App
             from broker.config import Config
@@ -143,18 +150,29 @@ def workload(root: str, scenario: str, count: int, helper: str, wired: bool = Fa
 
 
 def count_instructions(
-    root: str, scenario: str, count: int, helper: str, wired: bool = False
+    root: str,
+    scenario: str,
+    count: int,
+    helper: str,
+    wired: bool = False,
+    sqlite: bool = False,
+    keep: str = "",
 ) -> float:
     """Instructions callgrind counted in the measured phase, per request (per job for
-    PULLB, ACKB and mixed)."""
+    PULLB, ACKB and mixed). With `sqlite`, each pass commits to a SQLite file; with `keep`,
+    callgrind's output file is copied there (for callgrind_annotate)."""
     with tempfile.TemporaryDirectory() as scratch:
         out = os.path.join(scratch, "callgrind.out")
+        store = [scratch] if sqlite else []
         run = subprocess.run(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
              sys.executable, "-m", "benchmarks.phase_instructions", "--workload", root, scenario,
-             str(count), helper, *(["wired"] if wired else [])],
+             str(count), helper, "wired" if wired else "bare", *store],
             capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
         )  # fmt: skip
+        if keep:
+            label = os.path.basename(os.path.normpath(root))
+            shutil.copy(out, os.path.join(keep, f"callgrind.{label}.{scenario}.out"))
     total = int(re.search(r"Collected : (\d+)", run.stderr).group(1))  # type: ignore[union-attr]
     return total / count
 
@@ -162,7 +180,8 @@ def count_instructions(
 def main() -> int:
     """Entry point: print the table."""
     if len(sys.argv) > 1 and sys.argv[1] == "--workload":
-        workload(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], "wired" in sys.argv[6:])
+        wired, store = sys.argv[6] == "wired", sys.argv[7:]
+        workload(*sys.argv[2:4], int(sys.argv[4]), sys.argv[5], wired, *store)
         return 0
     parser = argparse.ArgumentParser(prog="python -m benchmarks.phase_instructions")
     parser.add_argument("old")
@@ -170,12 +189,15 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--wired", action="store_true", help="metrics and webhooks wired")
+    parser.add_argument("--sqlite", action="store_true", help="commit each pass to a SQLite file")
+    parser.add_argument("--keep", default="", metavar="DIR", help="copy callgrind's files to DIR")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         helper = build_helper(scratch)
         for scenario in args.scenarios.split(","):
-            old, new = (count_instructions(root, scenario, args.requests, helper, args.wired)
+            old, new = (count_instructions(root, scenario, args.requests, helper, args.wired,
+                                           args.sqlite, args.keep)
                         for root in (args.old, args.new))  # fmt: skip
             print(f"{scenario}: {old:,.0f} -> {new:,.0f}", file=sys.stderr)
             rows.append((scenario, old, new))

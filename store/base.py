@@ -80,6 +80,11 @@ class Store(Protocol):
         """
         ...
 
+    def tidy(self) -> None:
+        """Upkeep that commits leave due (SQLite: a checkpoint of its log). The actor calls it
+        after sending a committed pass's replies, so that no reply waits for it; it may block."""
+        ...
+
     def close(self) -> None:
         """Release the store's resources."""
         ...

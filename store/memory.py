@@ -51,5 +51,8 @@ class MemoryStore:
         self.commits += 1
         self.synced_commits += sync
 
+    def tidy(self) -> None:
+        """Nothing to tidy."""
+
     def close(self) -> None:
         """Nothing to release."""

@@ -408,6 +408,9 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise self._fail(exc) from None
 
+    def tidy(self) -> None:
+        """Nothing to tidy (the server checkpoints by itself)."""
+
     def close(self) -> None:
         """Release the lease (if held) and close the connection."""
         if self._conn is not None and not self._conn.closed:

@@ -108,8 +108,8 @@ class SqliteStore:
             raise StoreError(f"{self.path}: cannot use WAL journal mode (got {mode})")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA cache_size=-65536")
-        # Our hook replaces SQLite's automatic checkpoints: `_checkpoint_if_due` runs them,
-        # after the log was flushed from another thread (walflush.py).
+        # Our hook replaces SQLite's automatic checkpoints: `tidy` runs them, after the log was
+        # flushed from another thread (walflush.py).
         db.set_wal_hook(self._logged)
 
     def _migrate(self) -> None:
@@ -172,6 +172,11 @@ class SqliteStore:
                 self._transaction(upserts, deletes, records, record_deletes, sync)
         except apsw.Error as exc:
             raise StoreError(self._explain(exc)) from None
+
+    def tidy(self) -> None:
+        """Checkpoint the log if it is due. Called once a pass's replies are out (the actor),
+        as the commit is stored either way: a checkpoint, 36-280 ms measured for a ~40 MiB
+        log, then delays no reply of the pass whose commit filled the log."""
         if self._frames >= self.checkpoint_frames:
             self._checkpoint_if_due()
 
@@ -213,14 +218,14 @@ class SqliteStore:
         """Checkpoint once the flusher has flushed the log up to the checkpoint's size (or the
         log grew to twice that without, the flusher being slow): the checkpoint then flushes
         only the pages written since. The log starts over at the next commit. A failed
-        checkpoint is not a failed commit (the commit is stored): it is retried next commit."""
+        checkpoint is not a failed commit (the commit is stored): the next `tidy` retries it."""
         flushed = self._flusher.flushed >= self.checkpoint_frames
         if not flushed and self._frames < 2 * self.checkpoint_frames:
             return
         try:
             self._db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
         except apsw.Error as exc:
-            log.warning("checkpoint of %s failed (tried again next commit): %s", self.path, exc)
+            log.warning("checkpoint of %s failed (tried again next pass): %s", self.path, exc)
             return
         self._frames = self._asked = 0
         self._flusher.restarted()

@@ -212,6 +212,8 @@ class EngineActor:
                 self._commit()
                 await self._store_withheld()
                 self._send_replies()
+                if self.store is not None:
+                    self.store.tidy()  # after the replies: a due checkpoint delays none of them
                 if self._queued_batches:
                     # More work is already waiting: let other tasks (new connections, a Ping,
                     # the accept loop) have their turn before the next pass.
@@ -345,6 +347,8 @@ class EngineActor:
             self.inbox.send_nowait(Wake())
             return True
         self._send_replies()
+        if self.store is not None:
+            self.store.tidy()  # as in _serve
         state = self.engine.state
         timers = state.wheel.heap
         # `wheel.next_deadline() < armed or state.housekeeping_due()`, inline (every request).
@@ -477,7 +481,20 @@ class EngineActor:
 
     def _take_writes(self) -> tuple[Any, ...] | None:
         """The pass's writes as `Store.commit` arguments, or None when there are none."""
-        changed, deleted, sync = self.engine.state.take_changes()
+        engine = self.engine
+        state = engine.state
+        records_changed = (
+            engine.crons.changed_crons or state.changed_settings or engine.webhooks.changed_hooks
+            or state.purge_writes or state.purge_deletes
+        )  # fmt: skip
+        if not records_changed:
+            # Jobs only (a pass of pushes, pulls or acks): the four calls below, each finding
+            # nothing, cost 8.5k of the 160k instructions of a PUSH committed to SQLite.
+            if not (state.changed or state.deleted):
+                return None
+            jobs, deleted, sync = state.take_changes()
+            return [job_to_row(job) for job in jobs], deleted, sync, (), ()
+        changed, deleted, sync = state.take_changes()
         records, record_deletes = self.engine.crons.take_writes()
         state_writes = (self.engine.settings.take_writes(), self.engine.webhooks.take_writes())
         for more, fewer in (*state_writes, self.engine.state.take_purge_writes()):

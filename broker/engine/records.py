@@ -19,7 +19,16 @@ import msgspec
 
 from store import JobRow
 
-from .model import FIELD_NAMES, OPTION_FIELDS, OPTION_NAMES, RARE, Job, options_for, shared
+from .model import (
+    FIELD_NAMES,
+    OPTION_FIELDS,
+    OPTION_NAMES,
+    RARE,
+    Job,
+    Options,
+    options_for,
+    shared,
+)
 
 FORMAT = 1
 TRANSIENT = frozenset({"ready_seq", "timer_token", "holder", "activation", "retained_seq"})
@@ -34,18 +43,67 @@ def _row_builder() -> Callable[[Job], JobRow]:
     1.6 us a row against 2.4 us for `operator.attrgetter` over the same 59 fields (the encoding
     of every changed job is on the commit path). The row is made with `tuple.__new__`, skipping
     the Python-level `__new__` of the NamedTuple. The names come from the Job class itself.
+
+    The 32 options, one block of `PERSISTED`, are encoded once per Options object (most jobs
+    share one: model.py) and spliced in as one `msgspec.Raw`; the array's length, which then
+    counts that block as one item, is patched in the header. Measured with callgrind: 20.2k
+    against 16.9k instructions a row, the same bytes.
     """
-    fields = ", ".join(f"o.{n}" if n in OPTION_NAMES else f"job.{n}" for n in PERSISTED)
+    options = [name for name in PERSISTED if name in OPTION_NAMES]
+    first = PERSISTED.index(options[0])
+    after = first + len(options)
+    if PERSISTED[first:after] != tuple(options):
+        raise RuntimeError("the options are no longer one block of PERSISTED: see records.py")
+    head = ", ".join(f"job.{n}" for n in PERSISTED[:first])
+    tail = ", ".join(f"job.{n}" for n in PERSISTED[after:])
+    items = 2 + first + 1 + len(PERSISTED) - after  # with the options as one Raw item
+    if min(items, len(options)) < 16 or len(PERSISTED) + 2 >= 2**16:
+        # the three arrays (the row as encoded, the options, the row) must have 3-byte headers
+        raise RuntimeError("the row's array header is no longer 3 bytes: see records.py")
     source = (
         "def job_to_row(job):\n"
         "    o = job.opts\n"
-        f"    body = _encode(({FORMAT}, job.holder is not None, {fields}))\n"
-        "    return _new(JobRow, (job.id, job.queue, job.state, body, o.priority, job.run_at,\n"
-        "                         job.created_at, job.attempts))\n"
+        "    known = _encoded_options(id(o))\n"
+        "    if known is None:\n"
+        "        known = _encode_options(o)\n"
+        f"    body = _encode(({FORMAT}, job.holder is not None, {head}, known[1], {tail}))\n"
+        "    return _new(JobRow, (job.id, job.queue, job.state, _HEADER + body[3:], o.priority,\n"
+        "                         job.run_at, job.created_at, job.attempts))\n"
     )
-    namespace: dict[str, Any] = {"_encode": _encode, "_new": tuple.__new__, "JobRow": JobRow}
+    namespace: dict[str, Any] = {
+        "_encode": _encode, "_new": tuple.__new__, "JobRow": JobRow,
+        "_encoded_options": _OPTIONS_ENCODED.get, "_encode_options": _options_encoder(options),
+        "_HEADER": b"\xdc" + (len(PERSISTED) + 2).to_bytes(2, "big"),
+    }  # fmt: skip
     exec(compile(source, "<trioq job row>", "exec"), namespace)
     return namespace["job_to_row"]  # type: ignore[no-any-return]
+
+
+_OPTIONS_ENCODED: dict[int, tuple[Options, msgspec.Raw]] = {}
+"""Options object id -> (that object, its encoded block). Holding the object keeps its id from
+being reused by another object while the entry exists, so the id alone identifies it."""
+OPTIONS_CACHE_SIZE = 4096
+"""Cleared when full: jobs with their own Options (a jobId, a uniqueKey) each take an entry."""
+
+
+def _options_encoder(names: list[str]) -> Callable[[Options], tuple[Options, msgspec.Raw]]:
+    """The function encoding an Options block (the options in `names` order, no array header)
+    and caching it."""
+    fields = ", ".join(f"o.{n}" for n in names)
+    source = (
+        "def encode_options(o):\n"
+        f"    known = (o, _Raw(_encode(({fields},))[3:]))\n"
+        "    if len(_cache) >= _SIZE:\n"
+        "        _cache.clear()\n"
+        "    _cache[id(o)] = known\n"
+        "    return known\n"
+    )
+    namespace: dict[str, Any] = {
+        "_encode": _encode, "_Raw": msgspec.Raw, "_cache": _OPTIONS_ENCODED,
+        "_SIZE": OPTIONS_CACHE_SIZE,
+    }  # fmt: skip
+    exec(compile(source, "<trioq options block>", "exec"), namespace)
+    return namespace["encode_options"]  # type: ignore[no-any-return]
 
 
 SEQUENCES = ("depends_on", "children_ids", "tags", "timeline")

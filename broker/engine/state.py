@@ -261,12 +261,18 @@ class EngineState:
 
         An id both deleted and written (removed, then pushed again under the same jobId) is
         only written: the write replaces the old row, and a delete would lose the new job."""
-        changed = list(self.changed.values())
         written = self.changed
-        deleted = [job_id for job_id in self.deleted if job_id not in written]
-        self.changed.clear()
-        self.deleted.clear()
-        return changed, deleted, any(job.opts.durable for job in changed)
+        changed = list(written.values())
+        removed = self.deleted
+        deleted: list[str] = []
+        if removed:  # a pass of pushes deletes nothing: no comprehension then
+            deleted = [job_id for job_id in removed if job_id not in written]
+            removed.clear()
+        written.clear()
+        for job in changed:  # a loop, not any(<generator>): this runs on every commit
+            if job.opts.durable:
+                return changed, deleted, True
+        return changed, deleted, False
 
     def emit(self, kind: str, job: Job, **extra: Any) -> None:
         """Record a job event for the subscribers and webhooks (cheap when nobody listens)."""

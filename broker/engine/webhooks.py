@@ -79,7 +79,7 @@ class WebhookRegistry:
         self.allow_private = allow_private  # targets that are not globally routable
         self._hooks: dict[str, Webhook] = {}
         self._stats: dict[str, DeliveryStats] = {}
-        self._changed: set[str] = set()
+        self.changed_hooks: set[str] = set()
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -100,7 +100,7 @@ class WebhookRegistry:
         hook = Webhook(uuid7(), command.url, command.events, command.queue, command.secret,
                        True, now)  # fmt: skip
         self._hooks[hook.id] = hook
-        self._changed.add(hook.id)
+        self.changed_hooks.add(hook.id)
         data = {"webhookId": hook.id, "url": hook.url, "events": hook.events,
                 "queue": hook.queue, "createdAt": now}  # fmt: skip
         return {"ok": True, "data": data}
@@ -110,7 +110,7 @@ class WebhookRegistry:
         if self._hooks.pop(command.webhookId, None) is None:
             raise EngineError(NOT_FOUND)
         self._stats.pop(command.webhookId, None)
-        self._changed.add(command.webhookId)
+        self.changed_hooks.add(command.webhookId)
         return {"ok": True, "data": {"removed": True}}
 
     def list_all(self, session: ReplySink, command: cmd.ListWebhooks, now: float) -> Reply:
@@ -130,7 +130,7 @@ class WebhookRegistry:
         if hook is None:
             raise EngineError(NOT_FOUND)
         hook.enabled = command.enabled
-        self._changed.add(hook.id)
+        self.changed_hooks.add(hook.id)
         return {"ok": True}
 
     def _summary(self, hook: Webhook) -> Reply:
@@ -177,13 +177,13 @@ class WebhookRegistry:
     def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Webhooks to write or delete since the last commit."""
         writes, deletes = [], []
-        for webhook_id in self._changed:
+        for webhook_id in self.changed_hooks:
             hook = self._hooks.get(webhook_id)
             if hook is None:
                 deletes.append((WEBHOOK, webhook_id))
             else:
                 writes.append(Record(WEBHOOK, webhook_id, _encode(attrs.asdict(hook))))
-        self._changed.clear()
+        self.changed_hooks.clear()
         return writes, deletes
 
     def restore(self, records: list[Record]) -> None:

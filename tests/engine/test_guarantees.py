@@ -93,6 +93,33 @@ async def test_a_batch_from_the_inbox_is_committed_before_its_reply() -> None:
     assert log == ["commit", "reply"]
 
 
+class TidyingStore(RecordingStore):
+    """Also writes "tidy" into the log when asked for its upkeep (a SQLite store checkpoints
+    then, which took 36-280 ms: replies must not wait for it)."""
+
+    def tidy(self) -> None:
+        self.log.append("tidy")
+
+
+async def test_a_stores_upkeep_comes_after_the_replies_inline_and_from_the_inbox() -> None:
+    for inline in (True, False):
+        log: list[str] = []
+        actor = EngineActor(Engine(), Clock(EPOCH_MS), TidyingStore(log))
+        session = LoggingSession(actor.outbox, log)
+        batch = Batch(session, [command(cmd="PUSH", queue="q", data=1)])
+        if inline:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(actor.run)
+                await trio.testing.wait_all_tasks_blocked()  # parked: the batch runs inline
+                await actor.submit(batch)
+                actor.inbox.close()
+        else:
+            actor.inbox.send_nowait(batch)
+            actor.inbox.close()
+            await actor.run()
+        assert log == ["commit", "reply", "tidy"], inline
+
+
 class FailingStore(MemoryStore):
     """A memory store whose disk "fills up" once `broken` is set."""
 

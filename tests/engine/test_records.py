@@ -1,0 +1,52 @@
+"""Stored rows: the body a job is written as, field by field, whatever options it holds."""
+
+from __future__ import annotations
+
+import msgspec
+
+from broker.engine import records
+from broker.engine.model import Job
+from broker.engine.records import PERSISTED, job_from_row, job_to_row
+from tests.conftest import EPOCH_MS
+
+
+def new_job(job_id: str) -> Job:
+    return Job(id=job_id, queue="q", name="n", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
+
+
+def assert_body_lists_every_field(job: Job) -> None:
+    body = msgspec.msgpack.decode(job_to_row(job).body)
+    assert body[:2] == [records.FORMAT, False]
+    assert len(body) == 2 + len(PERSISTED)
+    for index, name in enumerate(PERSISTED, 2):
+        value = getattr(job, name)
+        assert body[index] == (list(value) if isinstance(value, tuple) else value), name
+
+
+def test_a_row_holds_every_field_in_order_with_default_and_own_options() -> None:
+    plain, own = new_job("plain"), new_job("own")
+    own.priority, own.custom_id, own.tags, own.durable = 7, "own", ("a",), True
+    own.attempts, own.timeline = 2, ("waiting", EPOCH_MS, None)
+    for job in (plain, own, plain, own):  # the second time from the encoded options
+        assert_body_lists_every_field(job)
+
+
+def test_a_changed_option_is_stored_not_the_block_encoded_before() -> None:
+    job = new_job("j")
+    job_to_row(job)
+    job.priority = 9  # gives the job a changed copy of its options
+    job.max_attempts = 5
+    loaded, _ = job_from_row(job_to_row(job))
+    assert (loaded.priority, loaded.max_attempts) == (9, 5)
+
+
+def test_rows_stay_right_past_the_options_cache_size() -> None:
+    jobs = [new_job(f"j{n}") for n in range(records.OPTIONS_CACHE_SIZE + 10)]
+    for n, job in enumerate(jobs):
+        job.custom_id = f"j{n}"  # options of its own, one cache entry each
+        job_to_row(job)
+    assert len(records._OPTIONS_ENCODED) <= records.OPTIONS_CACHE_SIZE
+    for job in (jobs[0], jobs[-1]):
+        loaded, _ = job_from_row(job_to_row(job))
+        assert loaded.custom_id == job.custom_id
+        assert_body_lists_every_field(job)
