@@ -14,7 +14,7 @@ import trio
 
 from broker.ha import StepDown, keep_lease
 from store import JobRow, LeaseLost, StoreError, StoreUnavailable, open_postgres
-from store.postgres import CONNECT_TIMEOUT_S, SCHEMA_VERSION, PostgresStore
+from store.postgres import CONNECT_TIMEOUT_S, SCHEMA_VERSION, PostgresStore, _first_line
 from tests.support.postgres import PrivateServer
 
 SHORT_TTL_S = 0.5  # the lease's TTL in takeover tests (the database's clock decides expiry)
@@ -540,3 +540,10 @@ def test_a_cancelled_statement_is_an_outage_and_the_next_call_reconnects(
     assert stored_ids(sql, pg_schema) == ["a"]
     sessions = sql.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'trioq'")
     assert sessions.fetchall() != waiting
+
+
+def test_an_error_without_text_is_named_by_its_type() -> None:
+    # What the operator reads after "PostgreSQL connection failed: " and the like.
+    assert _first_line(psycopg.OperationalError()) == "OperationalError"
+    assert _first_line(psycopg.OperationalError(" \n")) == "OperationalError"
+    assert _first_line(psycopg.OperationalError("\n lost\nLINE 1: ...")) == "lost"
