@@ -547,3 +547,22 @@ def test_an_error_without_text_is_named_by_its_type() -> None:
     assert _first_line(psycopg.OperationalError()) == "OperationalError"
     assert _first_line(psycopg.OperationalError(" \n")) == "OperationalError"
     assert _first_line(psycopg.OperationalError("\n lost\nLINE 1: ...")) == "lost"
+
+
+def test_open_postgres_defaults_to_the_trioq_schema_a_10_s_lease_and_commits_on_the_loop(
+    postgres_server, sql
+) -> None:
+    store = open_postgres(postgres_server.url)
+    try:
+        assert (store.schema, store.lease_ttl_s, store.advertise, store.commit_in_thread) == (
+            "trioq", 10.0, "", False,
+        )  # fmt: skip
+    finally:
+        store.close()
+        sql.execute("DROP SCHEMA trioq CASCADE")
+    threaded = open_postgres(postgres_server.url, "trioq_threaded", commit_in_thread=True)
+    try:
+        assert threaded.commit_in_thread is True
+    finally:
+        threaded.close()
+        sql.execute("DROP SCHEMA trioq_threaded CASCADE")
