@@ -53,3 +53,8 @@ def test_a_second_store_on_one_file_says_the_file_is_in_use(tmp_path: Path) -> N
     finally:
         first.close()
 
+
+def test_a_database_that_cannot_keep_a_write_ahead_log_is_refused() -> None:
+    with pytest.raises(StoreError) as refused:
+        open_sqlite(":memory:")  # SQLite keeps no log for it: commits would not be durable
+    assert str(refused.value) == ":memory:: cannot use WAL journal mode (got memory)"
