@@ -141,8 +141,8 @@ class SqliteStore:
         return f"{self.path}: {exc}"
 
     def load(self) -> list[JobRow]:
-        """Every stored job."""
-        return [JobRow(*row) for row in self._db.execute(SELECT_ALL)]
+        """Every stored job; raises StoreError."""
+        return list(self.scan_jobs())
 
     def scan_jobs(self) -> Iterator[JobRow]:
         """Every stored job, read from a cursor as it is consumed."""
@@ -153,8 +153,11 @@ class SqliteStore:
             raise StoreError(self._explain(exc)) from None
 
     def load_records(self) -> list[Record]:
-        """Every stored record."""
-        return [Record(*row) for row in self._db.execute(SELECT_RECORDS)]
+        """Every stored record; raises StoreError (a damaged file is named, as at open)."""
+        try:
+            return [Record(*row) for row in self._db.execute(SELECT_RECORDS)]
+        except apsw.Error as exc:
+            raise StoreError(self._explain(exc)) from None
 
     def commit(
         self,
