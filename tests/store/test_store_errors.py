@@ -79,3 +79,22 @@ def test_a_file_damaged_after_its_header_is_named_when_it_is_read(tmp_path: Path
             assert str(refused.value) == f"{path} is not a trioq database or is corrupt"
     finally:
         damaged.close()
+
+
+def test_a_commit_sqlite_refuses_names_the_file_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "trioq.db"
+    store = open_sqlite(str(path))
+    try:
+        store.commit([JobRow("kept", "q", "waiting", b"\x80")], [], sync=False)
+        broken = JobRow("broken", None, "waiting", b"\x80")  # type: ignore[arg-type]
+        one_statement = ([broken], [])
+        transaction = ([JobRow("new", "q", "waiting", b"\x80"), broken], ["kept"])
+        for upserts, deletes in (one_statement, transaction):
+            with pytest.raises(StoreError) as refused:
+                store.commit(upserts, deletes, sync=False)
+            assert str(refused.value) == f"{path}: NOT NULL constraint failed: jobs.queue"
+            assert [row.id for row in store.load()] == ["kept"]
+        store.commit([JobRow("next", "q", "waiting", b"\x80")], [], sync=False)  # goes on
+        assert sorted(row.id for row in store.load()) == ["kept", "next"]
+    finally:
+        store.close()
