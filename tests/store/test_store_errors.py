@@ -98,3 +98,15 @@ def test_a_commit_sqlite_refuses_names_the_file_and_writes_nothing(tmp_path: Pat
         assert sorted(row.id for row in store.load()) == ["kept", "next"]
     finally:
         store.close()
+
+
+def test_a_commit_of_nothing_on_a_reopened_file_changes_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "trioq.db")
+    open_sqlite(path).close()
+    store = open_sqlite(path)  # an up-to-date file: opening it writes nothing
+    try:
+        for sync in (False, True):
+            store.commit([], [], sync=sync)
+        assert (store.load(), store.load_records()) == ([], [])
+    finally:
+        store.close()
