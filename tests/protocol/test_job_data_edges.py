@@ -1,6 +1,6 @@
 """A job's data at its edges: exactly 10 MiB encoded is accepted, one byte more is not, and data
-that is not valid MessagePack inside is named (each pinned because `make mutation` showed it
-unpinned)."""
+that is not valid MessagePack inside is named; and a refusal keeps the request's id (each pinned
+because `make mutation` showed it unpinned)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,10 @@ def test_data_holding_a_string_that_is_not_utf8_is_refused_by_name() -> None:
     refused = push(msgspec.Raw(b"\xa2\xff\xfe"))  # a 2-byte string of invalid UTF-8
     assert isinstance(refused, Rejected)
     assert refused.error == "data is not valid MessagePack (strings must be UTF-8)"
+
+
+def test_a_field_of_the_wrong_type_is_refused_under_the_request_s_id() -> None:
+    # The client matches the error to its request by reqId (pipelined requests).
+    request = {"cmd": "PUSHB", "queue": "q", "jobs": "not a list", "reqId": "r-17"}
+    refused = decode_command(msgspec.msgpack.encode(request))
+    assert refused == Rejected("r-17", "jobs must be an array")
