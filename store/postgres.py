@@ -174,9 +174,7 @@ class PostgresStore:
     the pipelined commit won 1.07-1.42x (EngineActor._serve_pipelined). A database further
     away than loopback makes the round trip, and so the overlap, worth more."""
 
-    def __init__(
-        self, url: str, schema: str = "trioq", *, lease_ttl_s: float = 10.0, advertise: str = ""
-    ) -> None:
+    def __init__(self, url: str, schema: str, *, lease_ttl_s: float, advertise: str) -> None:
         if not SCHEMA_NAME.match(schema):
             raise StoreError(
                 f"--pg-schema {schema!r}: use lower-case letters, digits and _ (not first), "
@@ -280,8 +278,9 @@ class PostgresStore:
                         [str(SCHEMA_VERSION)],
                     )
         except psycopg.Error as exc:
+            error = self._fail(exc)  # before closing: a closed connection reads as an outage
             conn.close()
-            raise self._fail(exc) from None
+            raise error from None
         except StoreError:
             conn.close()
             raise
@@ -337,7 +336,8 @@ class PostgresStore:
         try:
             self._connection().execute(self._sql["release"], {"epoch": self.epoch})
         except (psycopg.Error, StoreError) as exc:
-            log.warning("could not release the lease of schema %s: %s", self.schema, exc)
+            reason = _first_line(exc)
+            log.warning("could not release the lease of schema %s: %s", self.schema, reason)
         self.epoch = None
 
     def lease(self) -> Lease:

@@ -11,7 +11,8 @@ than guessed at.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterator
+import os
+from collections.abc import Callable, Collection, Iterator
 
 import apsw
 
@@ -70,13 +71,15 @@ class SqliteStore:
         *,
         checkpoint_frames: int = CHECKPOINT_FRAMES,
         flush_every: int = FLUSH_EVERY,
+        wal_sync: Callable[[int], None] = os.fdatasync,
     ) -> None:
+        """`wal_sync` is how the WalFlusher flushes the log (tests pass one they control)."""
         self.path = path
         self.checkpoint_frames = checkpoint_frames
         self.flush_every = flush_every
         self._frames = 0  # pages in the write-ahead log after the last commit
         self._asked = 0  # how long the log was when a flush was last asked for
-        self._flusher = WalFlusher(path + "-wal")
+        self._flusher = WalFlusher(path + "-wal", sync=wal_sync)
         try:
             self._db = apsw.Connection(path)
         except apsw.Error as exc:
@@ -138,8 +141,8 @@ class SqliteStore:
         return f"{self.path}: {exc}"
 
     def load(self) -> list[JobRow]:
-        """Every stored job."""
-        return [JobRow(*row) for row in self._db.execute(SELECT_ALL)]
+        """Every stored job; raises StoreError."""
+        return list(self.scan_jobs())
 
     def scan_jobs(self) -> Iterator[JobRow]:
         """Every stored job, read from a cursor as it is consumed."""
@@ -150,8 +153,11 @@ class SqliteStore:
             raise StoreError(self._explain(exc)) from None
 
     def load_records(self) -> list[Record]:
-        """Every stored record."""
-        return [Record(*row) for row in self._db.execute(SELECT_RECORDS)]
+        """Every stored record; raises StoreError (a damaged file is named, as at open)."""
+        try:
+            return [Record(*row) for row in self._db.execute(SELECT_RECORDS)]
+        except apsw.Error as exc:
+            raise StoreError(self._explain(exc)) from None
 
     def commit(
         self,

@@ -53,6 +53,16 @@ def test_scan_jobs_yields_every_row_one_at_a_time(store: Store) -> None:
     assert sorted([first, *scan]) == [row("a"), row("b", "delayed")]
 
 
+def test_a_one_job_commit_keeps_every_other_change_made_with_it(store: Store) -> None:
+    cron = Record("cron", "nightly", b"\x80")
+    store.commit([row("a")], [], sync=False, records=[cron])
+    assert store.load_records() == [cron]
+    store.commit([row("b")], ["a"], sync=False)
+    assert store.load() == [row("b")]
+    store.commit([row("c")], [], sync=False, record_deletes=[("cron", "nightly")])
+    assert (sorted(store.load()), store.load_records()) == ([row("b"), row("c")], [])
+
+
 def test_deleting_an_unknown_id_is_not_an_error(store: Store) -> None:
     store.commit([], ["ghost"], sync=False)
     assert store.load() == []

@@ -3,6 +3,8 @@ database outages. Each test has its own schema on the session's private server."
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -12,7 +14,7 @@ import trio
 
 from broker.ha import StepDown, keep_lease
 from store import JobRow, LeaseLost, StoreError, StoreUnavailable, open_postgres
-from store.postgres import SCHEMA_VERSION, PostgresStore
+from store.postgres import CONNECT_TIMEOUT_S, SCHEMA_VERSION, PostgresStore, _first_line
 from tests.support.postgres import PrivateServer
 
 SHORT_TTL_S = 0.5  # the lease's TTL in takeover tests (the database's clock decides expiry)
@@ -287,16 +289,295 @@ def test_a_scan_holds_no_transaction_open_between_its_pages(
     monkeypatch.setattr("store.postgres.SCAN_BATCH", 3)
     store = open_store(postgres_server, pg_schema, stores)
     assert store.acquire_lease()
-    store.commit([job(f"j{n:02}") for n in range(10)], [], sync=False)
+    ids = ["0", "A", "Z", "_", "a", "j01", "j02", "z", "z0", "zz"]  # before and after "X..."
+    store.commit([job(job_id) for job_id in ids], [], sync=False)
     seen = []
     for row in store.scan_jobs():  # a restore pauses here, and the lease keeper renews
         status = store._connection().info.transaction_status
         assert status == psycopg.pq.TransactionStatus.IDLE, status
         seen.append(row.id)
-    assert seen == [f"j{n:02}" for n in range(10)]
+    assert sorted(seen) == sorted(ids)  # each once (in the database's collation order)
 
 
 async def keep_lease_for(store: PostgresStore, renewals: int) -> None:
     """Run the broker's lease keeper for `renewals` renewal periods (plus a little)."""
     with trio.move_on_after(store.lease_ttl_s / 3 * (renewals + 0.5)):
         await keep_lease(store)
+
+
+# -- what mutation testing showed no test pinned down (`make mutation`) ------------------------
+
+
+def lease_lost_text(schema: str, why: str) -> str:
+    return f"schema {schema}: {why}; this broker must not write"
+
+
+def test_a_lease_lost_error_says_why(postgres_server, pg_schema, stores) -> None:
+    first = open_store(postgres_server, pg_schema, stores, lease_ttl_s=SHORT_TTL_S)
+    second = open_store(postgres_server, pg_schema, stores, lease_ttl_s=SHORT_TTL_S)
+    third = open_store(postgres_server, pg_schema, stores, lease_ttl_s=SHORT_TTL_S)
+    for attempt in (lambda: first.commit([job("a")], [], sync=False), first.renew_lease):
+        with pytest.raises(LeaseLost) as never_held:
+            attempt()
+        assert str(never_held.value) == lease_lost_text(pg_schema, "this store holds no lease")
+    assert first.acquire_lease()
+    assert acquire_within(second)  # after first's lease expired
+    with pytest.raises(LeaseLost) as renewal_refused:
+        first.renew_lease()
+    assert str(renewal_refused.value) == lease_lost_text(
+        pg_schema, "another broker took the lease over"
+    )
+    assert acquire_within(third)  # after second's lease expired
+    with pytest.raises(LeaseLost) as commit_refused:  # the database's epoch check
+        second.commit([job("a")], [], sync=False)
+    assert str(commit_refused.value) == lease_lost_text(
+        pg_schema, "another broker took the lease over"
+    )
+    for fenced in (first, second):
+        with pytest.raises(LeaseLost) as refused_again:
+            fenced.commit([job("a")], [], sync=False)
+        assert str(refused_again.value) == lease_lost_text(pg_schema, "fenced")
+    third.release_lease()
+    assert first.acquire_lease()  # a fenced store may take a free lease anew
+    first.release_lease()
+    with pytest.raises(LeaseLost) as released:
+        first.commit([job("a")], [], sync=False)
+    assert str(released.value) == lease_lost_text(pg_schema, "this store holds no lease")
+
+
+def test_a_clean_stop_frees_the_lease_for_a_successor_at_once(
+    postgres_server, pg_schema, stores
+) -> None:
+    leaving = open_postgres(postgres_server.url, pg_schema)  # a 10 s TTL
+    successor = open_store(postgres_server, pg_schema, stores)
+    assert leaving.acquire_lease()
+    assert leaving.lease().address == ""  # no --advertise
+    leaving.close()
+    assert successor.acquire_lease()
+    assert successor.lease().holder == successor.holder
+
+
+def test_releasing_a_lease_held_no_longer_is_not_an_error(postgres_server, pg_schema, stores):
+    store = open_store(postgres_server, pg_schema, stores)
+    assert store.acquire_lease()
+    store.release_lease()
+    store.release_lease()  # nothing held: nothing to do
+    with pytest.raises(LeaseLost):
+        store.commit([job("a")], [], sync=False)
+
+
+def test_a_takeover_that_waits_too_long_for_the_lease_row_counts_as_not_taken(
+    postgres_server, pg_schema, stores, sql
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores, lease_ttl_s=SHORT_TTL_S)
+    with sql.transaction():  # another broker's takeover holds the row past the lock timeout
+        sql.execute(f"SELECT 1 FROM {pg_schema}.lease FOR UPDATE")
+        assert not store.acquire_lease()
+    with pytest.raises(LeaseLost):
+        store.commit([job("a")], [], sync=False)
+    assert store.acquire_lease()
+
+
+def test_a_damaged_schema_is_a_store_error_naming_the_schema_and_the_cause(
+    postgres_server, pg_schema, stores, sql, caplog
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores)
+    newcomer = open_store(postgres_server, pg_schema, stores)
+    assert store.acquire_lease()
+    for table in ("jobs", "records", "lease"):
+        sql.execute(f"DROP TABLE {pg_schema}.{table}")  # an operator's mistake
+    attempts = {
+        "jobs": [store.load, lambda: list(store.scan_jobs())],
+        "records": [store.load_records],
+        "lease": [store.lease, store.renew_lease, newcomer.acquire_lease,
+                  lambda: store.commit([job("a")], [], sync=False)],
+    }  # fmt: skip
+    for table, operations in attempts.items():
+        for operation in operations:
+            with pytest.raises(StoreError) as failed:
+                operation()
+            assert type(failed.value) is StoreError  # not an outage: retrying will not help
+            assert str(failed.value) == (
+                f'PostgreSQL schema {pg_schema}: relation "{pg_schema}.{table}" does not exist'
+            )
+    store.release_lease()  # a clean stop goes on, saying why the lease stays
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f'could not release the lease of schema {pg_schema}: relation "{pg_schema}.lease" does '
+        "not exist"  # one line: not the statement the server quotes after it
+    ]
+    with pytest.raises(LeaseLost):
+        store.commit([job("a")], [], sync=False)
+
+
+def test_a_schema_with_a_foreign_meta_table_is_refused_with_the_cause(
+    postgres_server, pg_schema, sql
+) -> None:
+    sql.execute(f"CREATE SCHEMA {pg_schema}")
+    sql.execute(f"CREATE TABLE {pg_schema}.meta (key text)")  # not trioq's
+    with pytest.raises(StoreError) as refused:
+        open_postgres(postgres_server.url, pg_schema)
+    assert str(refused.value) == f'PostgreSQL schema {pg_schema}: column "value" does not exist'
+
+
+def test_a_schema_prepared_with_an_empty_meta_table_is_completed(
+    postgres_server, pg_schema, stores, sql
+) -> None:
+    sql.execute(f"CREATE SCHEMA {pg_schema}")
+    sql.execute(f"CREATE TABLE {pg_schema}.meta (key text PRIMARY KEY, value text NOT NULL)")
+    store = open_store(postgres_server, pg_schema, stores)
+    assert store.acquire_lease()
+    store.commit([job("a")], [], sync=False)
+    assert stored_ids(sql, pg_schema) == ["a"]
+    version = sql.execute(f"SELECT value FROM {pg_schema}.meta").fetchall()
+    assert version == [(str(SCHEMA_VERSION),)]
+
+
+def test_a_newer_schema_is_refused_saying_what_to_do(postgres_server, pg_schema, stores, sql):
+    open_store(postgres_server, pg_schema, stores)
+    sql.execute(f"UPDATE {pg_schema}.meta SET value = '{SCHEMA_VERSION + 1}'")
+    with pytest.raises(StoreError) as refused:
+        open_postgres(postgres_server.url, pg_schema)
+    assert str(refused.value) == (
+        f"PostgreSQL schema {pg_schema} was written by a newer trioq (schema "
+        f"{SCHEMA_VERSION + 1}; this one understands up to {SCHEMA_VERSION}); upgrade trioq or "
+        "use another --pg-schema"
+    )
+
+
+def test_bad_settings_are_refused_before_connecting() -> None:
+    nowhere = "postgresql://trioq@127.0.0.1:1/postgres"
+    with pytest.raises(StoreError) as bad_schema:
+        open_postgres(nowhere, "Bad-Name")
+    assert str(bad_schema.value) == (
+        "--pg-schema 'Bad-Name': use lower-case letters, digits and _ (not first), at most 63"
+    )
+    for ttl in (0, -1.5):
+        with pytest.raises(StoreError) as bad_ttl:
+            open_postgres(nowhere, "trioq", lease_ttl_s=ttl)
+        assert str(bad_ttl.value) == f"--lease-ttl-s must be positive, not {ttl}"
+
+
+def test_connection_failures_say_what_failed() -> None:
+    with pytest.raises(StoreUnavailable) as refused:
+        open_postgres("postgresql://trioq@127.0.0.1:1/postgres")
+    assert str(refused.value).startswith("cannot connect to PostgreSQL: connection failed:")
+    assert "Connection refused" in str(refused.value)
+    with pytest.raises(StoreError) as malformed:
+        open_postgres("nonsense here")
+    assert str(malformed.value) == (
+        '--postgres: missing "=" after "nonsense" in connection info string'
+    )
+
+
+def test_a_database_that_never_answers_fails_the_connect_within_seconds() -> None:
+    with socket.socket() as silent:  # accepts the connection, then says nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="cannot connect to PostgreSQL"):
+            open_postgres(f"postgresql://trioq@127.0.0.1:{silent.getsockname()[1]}/postgres")
+    assert time.monotonic() - started < 4 * CONNECT_TIMEOUT_S
+
+
+def test_the_session_limits_idle_transactions_and_lock_waits_by_the_ttl(
+    postgres_server, pg_schema, stores
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores, lease_ttl_s=10.0)
+    session = store._connection()
+    shown = [session.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+             for name in ("idle_in_transaction_session_timeout", "lock_timeout",
+                          "application_name")]  # fmt: skip
+    assert shown == ["3333ms", "5s", "trioq"]  # a third and half of the TTL
+
+
+def test_the_store_keeps_one_session_between_calls(postgres_server, pg_schema, stores, sql):
+    store = open_store(postgres_server, pg_schema, stores)
+
+    def sessions() -> list[tuple[int]]:
+        query = "SELECT pid FROM pg_stat_activity WHERE application_name = 'trioq'"
+        return sql.execute(query).fetchall()
+
+    assert store.acquire_lease()
+    before = sessions()
+    store.commit([job("a")], [], sync=False)
+    store.renew_lease()
+    assert store.load() and store.load_records() == [] and store.lease().holder == store.holder
+    assert sessions() == before and len(before) == 1
+
+
+def test_a_cancelled_statement_is_an_outage_and_the_next_call_reconnects(
+    postgres_server, pg_schema, stores, sql
+) -> None:
+    store = open_store(postgres_server, pg_schema, stores)
+    assert store.acquire_lease()
+    failures: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            store.commit([job("a")], [], sync=False)
+        except BaseException as exc:  # handed to the test's thread
+            failures.append(exc)
+
+    with sql.transaction():
+        sql.execute(f"SELECT 1 FROM {pg_schema}.lease FOR UPDATE")
+        committing = threading.Thread(target=commit)
+        committing.start()
+        deadline = time.monotonic() + WAIT_S
+        waiting: list[tuple[int]] = []
+        while not waiting and time.monotonic() < deadline:  # until the commit waits for the row
+            waiting = sql.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'trioq' "
+                "AND wait_event_type = 'Lock'"
+            ).fetchall()
+        assert waiting, "the commit never waited for the lease row"
+        sql.execute("SELECT pg_cancel_backend(%s)", waiting[0])  # an operator's cancel
+        committing.join(WAIT_S)
+    assert [type(exc) for exc in failures] == [StoreUnavailable]
+    assert str(failures[0]) == (
+        "PostgreSQL connection failed: canceling statement due to user request"
+    )
+    store.commit([job("a")], [], sync=False)  # on a new session
+    assert stored_ids(sql, pg_schema) == ["a"]
+    sessions = sql.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'trioq'")
+    assert sessions.fetchall() != waiting
+
+
+def test_an_error_without_text_is_named_by_its_type() -> None:
+    # What the operator reads after "PostgreSQL connection failed: " and the like.
+    assert _first_line(psycopg.OperationalError()) == "OperationalError"
+    assert _first_line(psycopg.OperationalError(" \n")) == "OperationalError"
+    assert _first_line(psycopg.OperationalError("\n lost\nLINE 1: ...")) == "lost"
+
+
+def test_open_postgres_defaults_to_the_trioq_schema_a_10_s_lease_and_commits_on_the_loop(
+    postgres_server, sql
+) -> None:
+    store = open_postgres(postgres_server.url)
+    try:
+        assert (store.schema, store.lease_ttl_s, store.advertise, store.commit_in_thread) == (
+            "trioq", 10.0, "", False,
+        )  # fmt: skip
+    finally:
+        store.close()
+        sql.execute("DROP SCHEMA trioq CASCADE")
+    threaded = open_postgres(postgres_server.url, "trioq_threaded", commit_in_thread=True)
+    try:
+        assert threaded.commit_in_thread is True
+    finally:
+        threaded.close()
+        sql.execute("DROP SCHEMA trioq_threaded CASCADE")
+
+
+def test_closing_after_the_connection_broke_does_not_wait_on_the_database_again(
+    postgres_server, pg_schema, caplog
+) -> None:
+    store = open_postgres(postgres_server.url, pg_schema)
+    assert store.acquire_lease()
+    postgres_server.stop()
+    try:
+        with pytest.raises(StoreUnavailable):
+            store.commit([job("a")], [], sync=False)
+        store.close()  # a stop during an outage: the lease expires by itself
+    finally:
+        postgres_server.start()
+    assert not [r for r in caplog.records if "could not release" in r.getMessage()]

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from store import MemoryStore, Record, Store, StoreError, open_sqlite
+from store import JobRow, MemoryStore, Record, Store, StoreError, open_sqlite
+
+PAGE_SIZE = 4096  # SQLite's default page size, the store's
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -53,3 +55,58 @@ def test_a_second_store_on_one_file_says_the_file_is_in_use(tmp_path: Path) -> N
     finally:
         first.close()
 
+
+def test_a_database_that_cannot_keep_a_write_ahead_log_is_refused() -> None:
+    with pytest.raises(StoreError) as refused:
+        open_sqlite(":memory:")  # SQLite keeps no log for it: commits would not be durable
+    assert str(refused.value) == ":memory:: cannot use WAL journal mode (got memory)"
+
+
+def test_a_file_damaged_after_its_header_is_named_when_it_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "trioq.db"
+    store = open_sqlite(str(path))
+    jobs = [JobRow(f"job-{n:04}", "q", "waiting", b"x" * 300) for n in range(500)]
+    store.commit(jobs, [], sync=False, records=[Record("cron", "nightly", b"\x80")])
+    store.close()
+    with path.open("r+b") as file:  # every page after the first (the schema) overwritten
+        file.seek(PAGE_SIZE)
+        file.write(b"\xa5" * (path.stat().st_size - PAGE_SIZE))
+    damaged = open_sqlite(str(path))
+    try:
+        for read in (damaged.load_records, damaged.load, lambda: list(damaged.scan_jobs())):
+            with pytest.raises(StoreError) as refused:  # not apsw's own error: the broker
+                read()  # stops with this text at start-up
+            assert str(refused.value) == f"{path} is not a trioq database or is corrupt"
+    finally:
+        damaged.close()
+
+
+def test_a_commit_sqlite_refuses_names_the_file_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "trioq.db"
+    store = open_sqlite(str(path))
+    try:
+        store.commit([JobRow("kept", "q", "waiting", b"\x80")], [], sync=False)
+        broken = JobRow("broken", None, "waiting", b"\x80")  # type: ignore[arg-type]
+        one_statement = ([broken], [])
+        transaction = ([JobRow("new", "q", "waiting", b"\x80"), broken], ["kept"])
+        for upserts, deletes in (one_statement, transaction):
+            with pytest.raises(StoreError) as refused:
+                store.commit(upserts, deletes, sync=False)
+            assert str(refused.value) == f"{path}: NOT NULL constraint failed: jobs.queue"
+            assert [row.id for row in store.load()] == ["kept"]
+        store.commit([JobRow("next", "q", "waiting", b"\x80")], [], sync=False)  # goes on
+        assert sorted(row.id for row in store.load()) == ["kept", "next"]
+    finally:
+        store.close()
+
+
+def test_a_commit_of_nothing_on_a_reopened_file_changes_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "trioq.db")
+    open_sqlite(path).close()
+    store = open_sqlite(path)  # an up-to-date file: opening it writes nothing
+    try:
+        for sync in (False, True):
+            store.commit([], [], sync=sync)
+        assert (store.load(), store.load_records()) == ([], [])
+    finally:
+        store.close()
