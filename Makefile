@@ -100,6 +100,7 @@ MUTATE ?= store protocol broker.engine
 mutation: $(BIN)/.installed-test
 	$(BIN)/pip install -q -e '.[mutation]'
 	$(BIN)/mutmut run $(foreach m,$(MUTATE),"$(m).*") > mutants.log 2>&1 || (tail -20 mutants.log; false)
+	$(BIN)/python -m tests.support.mutation_score --files
 	$(BIN)/python -m tests.support.mutation_score
 
 # The long fault runs (minutes): 10^6 fuzzed frames with a fresh seed, fuzzed HTTP and WebSocket

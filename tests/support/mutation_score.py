@@ -35,13 +35,17 @@ def module_of(meta_path: Path, root: Path) -> str | None:
     return next((m for m in MODULES if source.startswith(m + "/")), None)
 
 
-def tally(root: Path, equivalents: set[str]) -> dict[str, Counter[str]]:
-    """Per module: how many mutants were killed, equivalent, survived, untested, not checked."""
-    counts: dict[str, Counter[str]] = {m: Counter() for m in MODULES}
+def tally(root: Path, equivalents: set[str], by_file: bool = False) -> dict[str, Counter[str]]:
+    """Per module (or per source file, with `by_file`): how many mutants were killed,
+    equivalent, survived, untested, not checked."""
+    counts: dict[str, Counter[str]] = {} if by_file else {m: Counter() for m in MODULES}
     for meta_path in sorted(root.rglob("*.py.meta")):
         module = module_of(meta_path, root)
         if module is None:
             continue
+        if by_file:
+            module = meta_path.relative_to(root).as_posix().removesuffix(".meta")
+            counts.setdefault(module, Counter())
         exit_codes = json.loads(meta_path.read_text(encoding="utf-8"))["exit_code_by_key"]
         for name, code in exit_codes.items():
             counts[module][classify(name, code, equivalents)] += 1
@@ -64,23 +68,26 @@ def classify(name: str, code: int | None, equivalents: set[str]) -> str:
 def report(counts: dict[str, Counter[str]]) -> list[str]:
     """One line per module: the score and the counts behind it."""
     lines = []
+    width = max(map(len, counts), default=0)
     for module, count in counts.items():
         checked = sum(n for outcome, n in count.items() if outcome != "not checked")
         if not checked:
-            lines.append(f"{module:14} not run")
+            lines.append(f"{module:{width}} not run")
             continue
         score = 100.0 * (count["killed"] + count["equivalent"]) / checked
         detail = ", ".join(f"{outcome} {n}" for outcome, n in sorted(count.items()))
-        lines.append(f"{module:14} {score:5.1f}% of {checked} mutants ({detail})")
+        lines.append(f"{module:{width}} {score:5.1f}% of {checked} mutants ({detail})")
     return lines
 
 
 def main() -> None:
-    """Print the per-module scores of the mutmut results under ./mutants."""
+    """Print the per-module scores of the mutmut results under ./mutants (`--files`: one line
+    per source file)."""
     root = Path("mutants")
     if not root.is_dir():
         sys.exit("no mutants/ directory: run `make mutation` first")
-    print("\n".join(report(tally(root, equivalent_mutants()))))
+    by_file = "--files" in sys.argv[1:]
+    print("\n".join(report(tally(root, equivalent_mutants(), by_file))))
 
 
 if __name__ == "__main__":
