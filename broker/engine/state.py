@@ -711,10 +711,11 @@ class EngineState:
         nothing else is pending. The edge goes for good (stored), so neither a restart nor the
         dependency's completion later counts it again."""
         parent.depends_on = [dep for dep in parent.opts.depends_on if dep != dep_id]
-        waiting = self.dependents.get(dep_id)
-        if waiting and parent.id in waiting:
-            waiting.remove(parent.id)
         self.touch(parent)
+        waiting = self.dependents.get(dep_id)
+        if not waiting or parent.id not in waiting:
+            return  # it completed once (then ran again): no longer among the pending ones
+        waiting.remove(parent.id)
         parent.pending_deps -= 1
         if parent.pending_deps <= 0:
             self.schedule(parent, now)

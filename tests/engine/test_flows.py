@@ -175,3 +175,15 @@ async def test_a_flow_holds_at_most_10000_jobs(client: FrameClient) -> None:
     reply = await client.call("PUSHF", jobs=jobs)
     assert reply["error"] == "a flow holds at most 10000 jobs"
     assert (await client.call("Count", queue="fq"))["count"] == 0
+
+
+async def test_detaching_a_rerun_child_leaves_the_parent_waiting_for_the_others(
+    client: FrameClient,
+) -> None:
+    await client.call("PUSHF", jobs=family())
+    await finish(client, "c1")  # c1 counted as done for p; RetryCompleted runs it again
+    assert (await client.call("RetryCompleted", queue="fq", id="c1"))["count"] == 1
+    assert (await client.call("RemoveChildDependency", id="c1"))["removed"] is True
+    assert await state_of(client, "p") == "waiting-children"  # c2 has not run yet
+    await finish(client, "c2")
+    assert await state_of(client, "p") == "waiting"

@@ -203,8 +203,9 @@ async def test_a_job_pushed_again_during_a_purge_survives_a_restart(
     broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
-        await push_many(client, 50)
+        # First in, so among the purge's last rows to go: it is still pending at the push.
         reused = await push(client, jobId="custom-1")
+        await push_many(client, 50)
         await client.send({"cmd": "Drain", "queue": "q", "reqId": "drain"})
         again = await push(client, jobId="custom-1", data={"n": 2})
         assert again == reused

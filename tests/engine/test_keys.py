@@ -54,3 +54,21 @@ async def test_debounce_without_ttl_lasts_until_the_job_starts(client: FrameClie
     assert await push(client, debounceId="d") == first
     await client.call("PULL", queue="q")
     assert await push(client, debounceId="d") != first
+
+
+async def test_a_job_retried_from_the_dlq_takes_its_unique_key_again(client: FrameClient) -> None:
+    first = await push(client, uniqueKey="k", maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=first)  # failed for good: the key is free
+    assert (await client.call("RetryDlq", queue="q", jobId=first))["count"] == 1
+    assert await push(client, uniqueKey="k") == first  # held again by the retried job
+
+
+async def test_a_retried_job_does_not_take_a_key_held_by_a_newer_job(client: FrameClient) -> None:
+    first = await push(client, uniqueKey="k", maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=first)
+    newer = await push(client, uniqueKey="k")
+    assert newer != first
+    assert (await client.call("RetryDlq", queue="q", jobId=first))["count"] == 1
+    assert await push(client, uniqueKey="k") == newer
