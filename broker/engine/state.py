@@ -522,15 +522,14 @@ class EngineState:
         self._wait_for_dependencies(job, now)  # a dependency may still be unfinished
         return True
 
-    def remove(self, job: Job) -> bool:
-        """Forget a job (Cancel, Drain, Clean...); False when it is gone already."""
+    def remove(self, job: Job) -> None:
+        """Forget a job (Cancel, Drain, Clean...); nothing when it is gone already."""
         if self.jobs.get(job.id) is not job:
-            return False
+            return
         self._end_activity(job)
         self._free_keys(job)
         self.forget(job)
         self.emit("removed", job)
-        return True
 
     def remove_many(self, jobs: list[Job]) -> list[Job]:
         """`remove` for many jobs at once (Drain, Obliterate, Clean...); returns those removed.

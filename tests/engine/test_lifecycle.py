@@ -203,6 +203,18 @@ async def test_wait_job(connect: Connect, autojump_clock) -> None:
     assert missing["error"] == "Job not found"
 
 
+async def test_wait_job_on_a_job_that_is_cancelled(connect: Connect, autojump_clock) -> None:
+    waiter = await connect()
+    other = await connect()
+    job_id = await push(other)
+    await waiter.send({"cmd": "WaitJob", "id": job_id, "timeout": 10_000, "reqId": "w"})
+    await trio.sleep(1)
+    assert (await other.call("Cancel", id=job_id))["ok"] is True
+    with trio.fail_after(1):  # answered at the removal, not at the timeout
+        reply = await waiter.receive_for("w")
+    assert reply == {"ok": True, "completed": False, "state": "unknown", "reqId": "w"}
+
+
 async def test_compact_memory_keeps_every_job_and_timer_that_matters(
     client: FrameClient, app, autojump_clock
 ) -> None:

@@ -275,3 +275,18 @@ async def test_a_promoted_job_delayed_again_waits_its_new_delay(
     assert await state_of(client, job_id) == "delayed"
     await trio.sleep(0.2)
     assert await state_of(client, job_id) == "waiting"
+
+
+async def test_a_job_changed_and_removed_in_one_pass_stays_gone(sqlite_broker: Broker) -> None:
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        await push(client)
+        job_id, token = await lease(client)
+        await client.send(  # one pass: the lease's renewal is written, then the ACK forgets it
+            {"cmd": "ExtendLock", "id": job_id, "token": token, "duration": 60_000, "reqId": "x"},
+            {"cmd": "ACK", "id": job_id, "token": token, "removeOnComplete": True, "reqId": "a"},
+        )
+        assert (await client.receive_for("a"))["ok"] is True
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        assert await state_of(client, job_id) == "unknown"

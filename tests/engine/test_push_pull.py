@@ -194,6 +194,22 @@ async def test_depending_on_a_completed_job_is_ready_at_once(client: FrameClient
     assert await state_of(client, after) == "waiting"
 
 
+async def test_a_removed_job_satisfies_a_dependency_only_if_it_had_completed(
+    client: FrameClient,
+) -> None:
+    done = await push(client)
+    await pull_ids(client)
+    await client.call("ACK", id=done)
+    cleaned = await client.call("Clean", queue="q", grace=0, state="completed")
+    assert cleaned["ids"] == [done]
+    after = await push(client, dependsOn=[done])  # it completed: the broker remembers that
+    assert await state_of(client, after) == "waiting"
+    cancelled = await push(client, "other")
+    assert (await client.call("Cancel", id=cancelled))["ok"] is True
+    refused = await client.call("PUSH", queue="q", data={}, dependsOn=[cancelled])
+    assert refused["error"] == f"Dependency job not found: {cancelled}"
+
+
 async def test_pushb_is_all_or_nothing(client: FrameClient) -> None:
     reply = await client.call(
         "PUSHB", queue="b", jobs=[{"data": 1}, {"data": 2, "timeout": -1}, {"data": 3}]
