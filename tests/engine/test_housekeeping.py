@@ -76,6 +76,20 @@ async def test_removed_jobs_release_their_memory(
     assert all(len(queue.ready) < JOBS for queue in state.queues.values())
 
 
+@pytest.mark.parametrize("timer", [{"ttl": 3_600_000}, {"timeout": 3_600_000}])
+async def test_obliterated_active_jobs_release_their_memory(
+    app: App, client: FrameClient, timer: dict[str, Any]
+) -> None:
+    # Each leased job leaves two wheel timers behind: its lease's and its ttl's or timeout's.
+    ids = await push_many(client, JOBS, **timer)
+    for _ in range(JOBS // 500):
+        await client.call("PULLB", queue="q", count=500, owner="w", lockTtl=3_600_000)
+    refs = job_refs(app, ids)
+    assert (await client.call("Obliterate", queue="q"))["ok"] is True
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
 async def test_jobs_cancelled_one_by_one_release_their_memory(
     app: App, client: FrameClient
 ) -> None:
