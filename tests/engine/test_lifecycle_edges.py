@@ -290,3 +290,17 @@ async def test_a_job_changed_and_removed_in_one_pass_stays_gone(sqlite_broker: B
     async with sqlite_broker.running() as connect:
         client = await connect()
         assert await state_of(client, job_id) == "unknown"
+
+
+async def test_a_timed_debounce_window_outlasts_a_restart_of_its_started_job(
+    sqlite_broker: Broker, autojump_clock
+) -> None:
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        first = await push(client, debounceId="d", debounceTtl=60_000)
+        await lease(client)
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        assert await push(client, debounceId="d", debounceTtl=60_000) == first
+        await trio.sleep(60)
+        assert await push(client, debounceId="d", debounceTtl=60_000) != first

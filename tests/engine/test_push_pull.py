@@ -186,6 +186,15 @@ async def test_dependent_waits_until_its_dependency_completes(client: FrameClien
     assert await pull_ids(client, "deps") == [child]
 
 
+async def test_an_unrelated_job_completes_while_a_dependent_waits(client: FrameClient) -> None:
+    parent = await push(client, "deps")
+    child = await push(client, "deps", dependsOn=[parent])
+    unrelated = await push(client, "other")
+    assert await pull_ids(client, "other") == [unrelated]
+    assert (await client.call("ACK", id=unrelated))["ok"] is True
+    assert await state_of(client, child) == "waiting-children"
+
+
 async def test_depending_on_a_completed_job_is_ready_at_once(client: FrameClient) -> None:
     done = await push(client)
     await pull_ids(client)
