@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import trio
 
+from broker.app import App
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
 
@@ -72,3 +73,18 @@ async def test_a_retried_job_does_not_take_a_key_held_by_a_newer_job(client: Fra
     assert newer != first
     assert (await client.call("RetryDlq", queue="q", jobId=first))["count"] == 1
     assert await push(client, uniqueKey="k") == newer
+
+
+async def test_expired_debounce_windows_are_let_go_of(
+    app: App, client: FrameClient, autojump_clock
+) -> None:
+    # A timed window outlives its job; once it ends, the broker holds nothing for it.
+    jobs = [{"data": n, "debounceId": f"d{n}", "debounceTtl": 1000} for n in range(100)]
+    ids = (await client.call("PUSHB", queue="q", jobs=jobs))["ids"]
+    await client.call("PULLB", queue="q", count=100)
+    await client.call("ACKB", ids=ids)
+    assert app.actor is not None
+    keys = app.actor.engine.state.keys
+    assert len(keys) == 100
+    await trio.sleep(1.001)
+    assert len(keys) == 0

@@ -195,6 +195,16 @@ async def test_an_unrelated_job_completes_while_a_dependent_waits(client: FrameC
     assert await state_of(client, child) == "waiting-children"
 
 
+async def test_a_cancelled_dependent_does_not_hold_up_the_others(client: FrameClient) -> None:
+    parent = await push(client, "deps")
+    cancelled = await push(client, "deps", dependsOn=[parent])
+    kept = await push(client, "deps", dependsOn=[parent])
+    assert (await client.call("Cancel", id=cancelled))["ok"] is True
+    assert await pull_ids(client, "deps") == [parent]
+    assert (await client.call("ACK", id=parent))["ok"] is True
+    assert await state_of(client, kept) == "waiting"
+
+
 async def test_depending_on_a_completed_job_is_ready_at_once(client: FrameClient) -> None:
     done = await push(client)
     await pull_ids(client)

@@ -170,6 +170,17 @@ async def test_expired_lease_requeues_then_fails_after_three(
     assert await state_of(client, job_id) == "failed"
 
 
+async def test_an_expired_lease_is_the_last_sign_of_life(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, maxAttempts=3)
+    await lease(client, ttl=1000)
+    await trio.sleep(1.001)
+    job = await get_job(client, job_id)
+    assert (job["state"], job["startedAt"]) == ("waiting", None)
+    assert job["lastHeartbeat"] == job["createdAt"] + 1000  # when the lease ran out
+
+
 async def test_job_heartbeat_renews_the_lease(client: FrameClient, autojump_clock) -> None:
     await push(client)
     job_id, token = await lease(client, ttl=1000)
