@@ -57,3 +57,13 @@ async def test_a_retry_event_says_why_and_how_long(client: FrameClient, app: App
     assert message["data"] == {"queue": "q", "jobId": job_id, "error": "boom", "delay": 5000}
     job = (await client.call("GetJob", id=job_id))["job"]
     assert (job["state"], job["startedAt"]) == ("delayed", None)  # no longer started
+
+
+async def test_a_failure_event_says_why(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:failed"])
+    job_id = await push(client, maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="boom")
+    message = subscription.receive.receive_nowait()
+    assert message["data"] == {"queue": "q", "jobId": job_id, "error": "boom"}
