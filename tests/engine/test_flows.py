@@ -108,8 +108,12 @@ async def test_an_existing_id_is_refused(client: FrameClient) -> None:
     assert await state_of(client, "new") == "unknown"
 
 
-async def test_fail_parent_on_failure(client: FrameClient) -> None:
-    await client.call("PUSHF", jobs=family(failParentOnFailure=True))
+@pytest.mark.parametrize("remove_on_fail", [False, True])
+async def test_fail_parent_on_failure(client: FrameClient, remove_on_fail: bool) -> None:
+    # A child removed on failure still fails its parent, with its reason.
+    await client.call(
+        "PUSHF", jobs=family(failParentOnFailure=True, removeOnFail=remove_on_fail)
+    )
     await finish(client, "c1", ok=False)
     job = (await client.call("GetJob", id="p"))["job"]
     assert (job["state"], job["failedReason"]) == ("failed", "Child job c1 failed: c1 broke")
