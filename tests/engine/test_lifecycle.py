@@ -215,6 +215,19 @@ async def test_wait_job_on_a_job_that_is_cancelled(connect: Connect, autojump_cl
     assert reply == {"ok": True, "completed": False, "state": "unknown", "reqId": "w"}
 
 
+async def test_wait_job_on_a_job_that_fails(connect: Connect, autojump_clock) -> None:
+    waiter = await connect()
+    worker = await connect()
+    job_id = await push(worker, maxAttempts=1)
+    await waiter.send({"cmd": "WaitJob", "id": job_id, "timeout": 10_000, "reqId": "w"})
+    await trio.sleep(1)
+    await worker.call("PULL", queue="q")
+    await worker.call("FAIL", id=job_id)
+    with trio.fail_after(1):  # answered at the failure, not at the timeout
+        reply = await waiter.receive_for("w")
+    assert reply == {"ok": True, "completed": False, "state": "failed", "reqId": "w"}
+
+
 async def test_compact_memory_keeps_every_job_and_timer_that_matters(
     client: FrameClient, app, autojump_clock
 ) -> None:
