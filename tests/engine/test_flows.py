@@ -137,6 +137,24 @@ async def test_remove_and_ignore_dependency_on_failure(client: FrameClient) -> N
     assert ignored["values"] == {"fq:c1": "c1 broke"}
 
 
+async def test_the_last_child_dropped_on_failure_releases_the_parent(client: FrameClient) -> None:
+    await client.call("PUSHF", jobs=family(removeDependencyOnFailure=True))
+    await finish(client, "c2")
+    assert await state_of(client, "p") == "waiting-children"
+    await finish(client, "c1", ok=False)
+    assert await state_of(client, "p") == "waiting"
+
+
+async def test_a_parent_failed_by_its_child_follows_its_own_remove_on_fail(
+    client: FrameClient,
+) -> None:
+    jobs = family(failParentOnFailure=True)
+    jobs[2]["input"]["removeOnFail"] = True
+    await client.call("PUSHF", jobs=jobs)
+    await finish(client, "c1", ok=False)
+    assert await state_of(client, "p") == "unknown"  # failed, and removed as it asked
+
+
 async def test_without_a_policy_the_parent_keeps_waiting_visibly(client: FrameClient) -> None:
     await client.call("PUSHF", jobs=family())
     await finish(client, "c1", ok=False)
