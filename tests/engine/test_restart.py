@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import trio
 
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
-from store import MemoryStore
+from store import MemoryStore, open_sqlite
 from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
 from tests.engine.test_push_pull import push, state_of
 
@@ -208,3 +209,25 @@ async def test_logs_survive_a_restart(store_factory: StoreFactory) -> None:
             ("started", "info"),
             ("careful", "warn"),
         ]
+
+
+async def test_retention_keeps_evicting_in_completion_order_after_a_restart(
+    tmp_path: Path, autojump_clock
+) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path), keep_completed=2)
+    async with broker.running() as connect:
+        client = await connect()
+        first, second, third = [await push(client) for _ in range(3)]
+        await client.call("PULLB", queue="q", count=3)
+        for job_id in (third, second, first):  # completed newest first
+            await client.call("ACK", id=job_id)
+            await trio.sleep(1)
+        assert await state_of(client, third) == "unknown"  # the earliest completion went
+    async with broker.running() as connect:
+        client = await connect()
+        fourth = await push(client)
+        await client.call("PULL", queue="q")
+        await client.call("ACK", id=fourth)
+        states = [await state_of(client, job_id) for job_id in (first, second, fourth)]
+        assert states == ["completed", "unknown", "completed"]
