@@ -231,3 +231,40 @@ async def test_retention_keeps_evicting_in_completion_order_after_a_restart(
         await client.call("ACK", id=fourth)
         states = [await state_of(client, job_id) for job_id in (first, second, fourth)]
         assert states == ["completed", "unknown", "completed"]
+
+
+async def test_a_leased_job_keeps_its_timeout_and_is_alive_at_the_restart(
+    tmp_path: Path, autojump_clock
+) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path))
+    async with broker.running() as connect:
+        client = await connect()
+        job_id = await push(client, timeout=120_000, maxAttempts=1)
+        await client.call("PULL", queue="q", owner="w", lockTtl=600_000)
+    await trio.sleep(60)
+    async with broker.running() as connect:
+        client = await connect()
+        job = (await client.call("GetJob", id=job_id))["job"]
+        # Nobody could beat while the broker was down: alive as of the restart.
+        assert job["lastHeartbeat"] - job["startedAt"] == 60_000
+        await trio.sleep(59.9)  # the timeout runs from its start, not from the restart
+        assert await state_of(client, job_id) == "active"
+        await trio.sleep(0.2)
+        assert await state_of(client, job_id) == "failed"
+
+
+async def test_a_retried_job_holds_no_untimed_debounce_after_a_restart(
+    tmp_path: Path, autojump_clock
+) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path))
+    async with broker.running() as connect:
+        client = await connect()
+        first = await push(client, debounceId="d", maxAttempts=3, backoff=60_000)
+        await client.call("PULL", queue="q")
+        await client.call("FAIL", id=first)  # it started: its untimed debounce ended then
+    async with broker.running() as connect:
+        client = await connect()
+        assert await state_of(client, first) == "delayed"
+        assert await push(client, debounceId="d") != first
