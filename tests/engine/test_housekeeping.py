@@ -211,6 +211,21 @@ async def test_restart_finishes_a_drain_cut_short(nursery: trio.Nursery) -> None
     app.shutdown()
 
 
+async def test_a_job_a_killed_broker_stored_as_held_comes_back_waiting(
+    nursery: trio.Nursery,
+) -> None:
+    # Written active while a connection held it (its progress), then the broker was killed.
+    job = Job(id="held", queue="q", name="j", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
+    job.state, job.started_at, job.holder = "active", EPOCH_MS, object()  # type: ignore[assignment]
+    store = MemoryStore()
+    store.rows["held"] = job_to_row(job)
+    app = await start(nursery, store)
+    client = await memory_connector(app, nursery)()
+    stored = (await client.call("GetJob", id="held"))["job"]
+    assert (stored["state"], stored["attempts"], stored["startedAt"]) == ("waiting", 0, None)
+    app.shutdown()
+
+
 async def test_a_job_pushed_again_during_a_purge_survives_a_restart(
     store_factory: StoreFactory, small_slices: None
 ) -> None:
