@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 import trio
 
 from broker.app import App
@@ -233,15 +234,16 @@ async def test_retention_keeps_evicting_in_completion_order_after_a_restart(
         assert states == ["completed", "unknown", "completed"]
 
 
-async def test_a_leased_job_keeps_its_timeout_and_is_alive_at_the_restart(
-    tmp_path: Path, autojump_clock
+@pytest.mark.parametrize("pull", [{"owner": "w", "lockTtl": 600_000}, {"detach": True}])
+async def test_an_active_job_keeps_its_timeout_and_is_alive_at_the_restart(
+    tmp_path: Path, autojump_clock, pull: dict[str, object]
 ) -> None:
     path = str(tmp_path / "trioq.db")
     broker = Broker(lambda: open_sqlite(path))
     async with broker.running() as connect:
         client = await connect()
         job_id = await push(client, timeout=120_000, maxAttempts=1)
-        await client.call("PULL", queue="q", owner="w", lockTtl=600_000)
+        await client.call("PULL", queue="q", **pull)
     await trio.sleep(60)
     async with broker.running() as connect:
         client = await connect()
