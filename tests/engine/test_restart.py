@@ -270,3 +270,21 @@ async def test_a_retried_job_holds_no_untimed_debounce_after_a_restart(
         client = await connect()
         assert await state_of(client, first) == "delayed"
         assert await push(client, debounceId="d") != first
+
+
+async def test_a_job_whose_ttl_ran_out_while_down_is_deleted_from_the_store(
+    tmp_path: Path, autojump_clock
+) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path))
+    async with broker.running() as connect:
+        client = await connect()
+        expired = await push(client, ttl=1000, removeOnFail=True)
+        kept = await push(client)
+    await trio.sleep(2)
+    async with broker.running() as connect:
+        client = await connect()
+        assert await state_of(client, expired) == "unknown"
+    store = broker.open_store()
+    assert [row.id for row in store.load()] == [kept]
+    store.close()
