@@ -223,6 +223,7 @@ async def test_a_job_a_killed_broker_stored_as_held_comes_back_waiting(
     client = await memory_connector(app, nursery)()
     stored = (await client.call("GetJob", id="held"))["job"]
     assert (stored["state"], stored["attempts"], stored["startedAt"]) == ("waiting", 0, None)
+    assert store.rows["held"].state == "waiting"  # and the store agrees
     app.shutdown()
 
 

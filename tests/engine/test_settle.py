@@ -206,6 +206,7 @@ async def test_closing_a_connection_releases_unleased_jobs(connect: Connect) -> 
     assert await state_of(producer, plain) == "waiting"
     job = await get_job(producer, plain)
     assert (job["attempts"], job["startedAt"]) == (0, None)
+    assert isinstance(job["lastHeartbeat"], float)  # alive until its connection went
     assert await state_of(producer, detached) == "active"
     assert await state_of(producer, leased) == "active"
 
