@@ -88,3 +88,10 @@ async def test_expired_debounce_windows_are_let_go_of(
     assert len(keys) == 100
     await trio.sleep(1.001)
     assert len(keys) == 0
+
+
+async def test_an_untimed_debounce_ends_when_its_job_goes_away(client: FrameClient) -> None:
+    first = await push(client, debounceId="d")
+    assert (await client.call("Cancel", id=first))["ok"] is True
+    second = await push(client, debounceId="d")
+    assert second != first and await state_of(client, second) == "waiting"
