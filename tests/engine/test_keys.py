@@ -95,3 +95,11 @@ async def test_an_untimed_debounce_ends_when_its_job_goes_away(client: FrameClie
     assert (await client.call("Cancel", id=first))["ok"] is True
     second = await push(client, debounceId="d")
     assert second != first and await state_of(client, second) == "waiting"
+
+
+async def test_draining_a_queue_ends_its_untimed_debounces(client: FrameClient) -> None:
+    first = await push(client, debounceId="d")
+    await push(client)  # a plain job drained alongside
+    assert (await client.call("Drain", queue="q"))["count"] == 2
+    second = await push(client, debounceId="d")
+    assert second != first and await state_of(client, second) == "waiting"
