@@ -76,6 +76,18 @@ async def test_removed_jobs_release_their_memory(
     assert all(len(queue.ready) < JOBS for queue in state.queues.values())
 
 
+@pytest.mark.parametrize("timer", [{"delay": 3_600_000}, {"ttl": 3_600_000}])
+async def test_drained_timed_jobs_release_their_memory(
+    app: App, client: FrameClient, timer: dict[str, Any]
+) -> None:
+    # Each leaves one wheel timer behind (its promotion or its ttl), all of them stale.
+    ids = await push_many(client, JOBS, **timer)
+    refs = job_refs(app, ids)
+    assert (await client.call("Drain", queue="q"))["count"] == JOBS
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
 @pytest.mark.parametrize("timer", [{"ttl": 3_600_000}, {"timeout": 3_600_000}])
 async def test_obliterated_active_jobs_release_their_memory(
     app: App, client: FrameClient, timer: dict[str, Any]
