@@ -76,6 +76,13 @@ async def test_removed_jobs_release_their_memory(
     assert all(len(queue.ready) < JOBS for queue in state.queues.values())
 
 
+async def test_the_very_first_job_drained_is_let_go_of(app: App, client: FrameClient) -> None:
+    refs = job_refs(app, [await push(client)])  # the broker's first ready entry (number 0)
+    assert (await client.call("Drain", queue="q"))["count"] == 1
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
 @pytest.mark.parametrize("timer", [{"delay": 3_600_000}, {"ttl": 3_600_000}])
 async def test_drained_timed_jobs_release_their_memory(
     app: App, client: FrameClient, timer: dict[str, Any]
