@@ -56,7 +56,8 @@ async def test_move_to_delayed_of_a_leased_job(client: FrameClient, autojump_clo
     job_id, token = await lease(client)
     moved = await client.call("MoveToDelayed", id=job_id, token=token, delay=5000)
     assert moved["ok"] is True
-    assert await state_of(client, job_id) == "delayed"
+    job = await get_job(client, job_id)
+    assert (job["state"], job["startedAt"]) == ("delayed", None)  # no longer started
     await trio.sleep(4.9)
     assert await state_of(client, job_id) == "delayed"
     await trio.sleep(0.2)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
+from broker.engine import state as state_module
 from tests.conftest import Connect
 from tests.support.client import FrameClient
 
@@ -227,6 +229,22 @@ async def test_a_removed_job_satisfies_a_dependency_only_if_it_had_completed(
     assert (await client.call("Cancel", id=cancelled))["ok"] is True
     refused = await client.call("PUSH", queue="q", data={}, dependsOn=[cancelled])
     assert refused["error"] == f"Dependency job not found: {cancelled}"
+
+
+async def test_the_newest_completed_ids_are_remembered_for_dependencies(
+    client: FrameClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_module, "KEEP_DONE_IDS", 3)
+    done = []
+    for _ in range(4):  # removed on completion: only the id is remembered, the oldest dropped
+        job_id = await push(client, removeOnComplete=True)
+        await pull_ids(client)
+        await client.call("ACK", id=job_id)
+        done.append(job_id)
+    refused = await client.call("PUSH", queue="q", data={}, dependsOn=[done[0]])
+    assert refused["error"] == f"Dependency job not found: {done[0]}"
+    after = await push(client, dependsOn=done[1:])
+    assert await state_of(client, after) == "waiting"
 
 
 async def test_pushb_is_all_or_nothing(client: FrameClient) -> None:
