@@ -21,7 +21,7 @@ from broker.engine import state as state_module
 from broker.engine.housekeeping import PURGE, Purge
 from broker.engine.model import Job
 from broker.engine.records import job_to_row
-from store import JobRow, MemoryStore, Record, StoreError
+from store import JobRow, MemoryStore, Record, StoreError, open_sqlite
 from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_restart import Broker
@@ -354,6 +354,23 @@ def test_tombstone_lists_ids() -> None:
     record = Purge.new(["a", "b"]).tombstone()
     assert isinstance(record, Record) and record.kind == PURGE
     assert Purge.resumed(record).ids == ["a", "b"]
+
+
+async def test_jobs_pushed_and_drained_in_one_pass_are_not_stored(tmp_path: Any) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path))
+    async with broker.running() as connect:
+        client = await connect()
+        earlier = await push(client)
+        await client.send(
+            {"cmd": "PUSH", "queue": "q", "data": {}, "reqId": "push"},
+            {"cmd": "Drain", "queue": "q", "reqId": "drain"},
+        )
+        assert (await client.receive_for("drain"))["count"] == 2
+        pushed = (await client.receive_for("push"))["id"]
+    store = broker.open_store()
+    assert {row.id for row in store.load()} & {earlier, pushed} == set()
+    store.close()
 
 
 async def test_a_job_removed_and_pushed_again_in_one_pass_is_stored(

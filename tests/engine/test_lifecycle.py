@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from tests.conftest import Connect
@@ -203,13 +204,18 @@ async def test_wait_job(connect: Connect, autojump_clock) -> None:
     assert missing["error"] == "Job not found"
 
 
-async def test_wait_job_on_a_job_that_is_cancelled(connect: Connect, autojump_clock) -> None:
+@pytest.mark.parametrize(
+    "removal", [{"cmd": "Cancel", "id": "j"}, {"cmd": "Drain", "queue": "q"}]
+)
+async def test_wait_job_on_a_job_that_is_removed(
+    connect: Connect, autojump_clock, removal: dict[str, str]
+) -> None:
     waiter = await connect()
     other = await connect()
-    job_id = await push(other)
+    job_id = await push(other, jobId="j")
     await waiter.send({"cmd": "WaitJob", "id": job_id, "timeout": 10_000, "reqId": "w"})
     await trio.sleep(1)
-    assert (await other.call("Cancel", id=job_id))["ok"] is True
+    assert (await other.call(**removal))["ok"] is True
     with trio.fail_after(1):  # answered at the removal, not at the timeout
         reply = await waiter.receive_for("w")
     assert reply == {"ok": True, "completed": False, "state": "unknown", "reqId": "w"}
