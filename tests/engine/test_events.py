@@ -67,3 +67,11 @@ async def test_a_failure_event_says_why(client: FrameClient, app: App) -> None:
     await client.call("FAIL", id=job_id, error="boom")
     message = subscription.receive.receive_nowait()
     assert message["data"] == {"queue": "q", "jobId": job_id, "error": "boom"}
+
+
+async def test_drained_jobs_are_announced_as_removed(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:removed"])
+    job_id = await push(client)
+    assert (await client.call("Drain", queue="q"))["count"] == 1
+    assert drain(subscription) == [("job:removed", job_id)]
