@@ -125,6 +125,22 @@ async def test_jobs_cancelled_one_by_one_release_their_memory(
     assert alive(refs) == 0
 
 
+async def test_jobs_cancelled_then_drained_release_their_memory(
+    app: App, client: FrameClient
+) -> None:
+    # Half cancelled one by one (too few stale entries to compact), the rest drained: the
+    # drain adds its stale entries to those already counted, and the heap is compacted.
+    ids = await push_many(client, JOBS)
+    refs = job_refs(app, ids)
+    half = JOBS // 2
+    for start in range(0, half, 500):
+        await client.send(*[{"cmd": "Cancel", "id": i, "reqId": i} for i in ids[start:start + 500]])
+        await client.receive_for(ids[start + 499])
+    assert (await client.call("Drain", queue="q"))["count"] == JOBS - half
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
 async def test_retention_lets_go_of_removed_finished_jobs(app: App, client: FrameClient) -> None:
     ids = await push_many(client, JOBS)
     for _ in range(JOBS // 500):
