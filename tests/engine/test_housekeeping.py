@@ -167,6 +167,18 @@ def small_slices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+async def test_without_a_store_a_large_drain_keeps_no_ids(
+    app: App, client: FrameClient, small_slices: None
+) -> None:
+    # Purges exist to delete store rows; in memory mode nothing would ever take their ids.
+    await push_many(client, 50)
+    assert (await client.call("Drain", queue="q"))["count"] == 50
+    await trio.testing.wait_all_tasks_blocked()
+    assert app.actor is not None
+    state = app.actor.engine.state
+    assert (state.purges, state.purge_writes, state.deleted) == ([], [], set())
+
+
 async def test_large_drain_lets_other_clients_through(
     store_factory: StoreFactory, small_slices: None
 ) -> None:
