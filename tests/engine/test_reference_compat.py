@@ -220,6 +220,16 @@ async def test_metrics_of_a_queue_counts_finishes_per_minute(
     assert bad["error"] == "Metrics type must be 'completed' or 'failed'"
 
 
+async def test_completions_are_counted_and_end_at_full_progress(client: FrameClient) -> None:
+    for _ in range(2):
+        await push(client)
+    ids = await pull_ids(client)
+    for job_id in ids:
+        await client.call("ACK", id=job_id)
+    assert (await client.call("Metrics"))["metrics"]["totalCompleted"] == 2
+    assert (await client.call("GetJob", id=ids[0]))["job"]["progress"] == 100
+
+
 async def test_failures_are_counted_per_queue_and_in_total(client: FrameClient) -> None:
     for _ in range(2):
         await push(client, maxAttempts=1)
