@@ -228,6 +228,8 @@ async def test_completions_are_counted_and_end_at_full_progress(client: FrameCli
         await client.call("ACK", id=job_id)
     assert (await client.call("Metrics"))["metrics"]["totalCompleted"] == 2
     assert (await client.call("GetJob", id=ids[0]))["job"]["progress"] == 100
+    exposition = (await client.call("Prometheus"))["data"]["metrics"]
+    assert "trioq_processing_seconds_count 2" in exposition  # both processing times observed
 
 
 async def test_failures_are_counted_per_queue_and_in_total(client: FrameClient) -> None:
