@@ -196,8 +196,10 @@ async def test_closing_a_connection_releases_unleased_jobs(connect: Connect) -> 
     producer = await connect()
     worker = await connect()
     plain = await push(producer)
+    also_plain = await push(producer)
     detached = await push(producer)
     leased = await push(producer)
+    await worker.call("PULL", queue="q")
     await worker.call("PULL", queue="q")
     await worker.call("PULL", queue="q", detach=True)
     await worker.call("PULL", queue="q", owner="w")
@@ -207,6 +209,7 @@ async def test_closing_a_connection_releases_unleased_jobs(connect: Connect) -> 
     job = await get_job(producer, plain)
     assert (job["attempts"], job["startedAt"]) == (0, None)
     assert isinstance(job["lastHeartbeat"], float)  # alive until its connection went
+    assert await state_of(producer, also_plain) == "waiting"  # every job it held
     assert await state_of(producer, detached) == "active"
     assert await state_of(producer, leased) == "active"
 
