@@ -231,6 +231,7 @@ async def test_completions_are_counted_and_end_at_full_progress(client: FrameCli
     exposition = (await client.call("Prometheus"))["data"]["metrics"]
     assert "trioq_processing_seconds_count 2" in exposition  # both processing times observed
     assert "trioq_processing_seconds_sum 0.0" in exposition  # acknowledged as they started
+    assert "trioq_push_to_start_seconds_sum 0.0" in exposition  # started as they were pushed
 
 
 async def test_failures_are_counted_per_queue_and_in_total(client: FrameClient) -> None:
