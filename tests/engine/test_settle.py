@@ -181,6 +181,30 @@ async def test_an_expired_lease_is_the_last_sign_of_life(
     assert job["lastHeartbeat"] == job["createdAt"] + 1000  # when the lease ran out
 
 
+async def test_a_job_whose_lease_ran_out_is_pulled_again_without_one(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, maxAttempts=3)
+    await lease(client, ttl=1000)
+    await trio.sleep(1.001)  # requeued: the old lease is gone with its token
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+    assert (await client.call("ACK", id=job_id))["ok"] is True
+
+
+async def test_a_connection_closing_leaves_a_job_it_once_held_to_its_new_worker(
+    connect: Connect,
+) -> None:
+    first, second = await connect(), await connect()
+    job_id = await push(first, maxAttempts=3, backoff=0)
+    await first.call("PULL", queue="q")  # held by the first connection
+    await first.call("FAIL", id=job_id)  # back to waiting, no longer held
+    job_id_again, token = await lease(second)
+    assert job_id_again == job_id
+    await first.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert (await second.call("ACK", id=job_id, token=token))["ok"] is True
+
+
 async def test_job_heartbeat_renews_the_lease(client: FrameClient, autojump_clock) -> None:
     await push(client)
     job_id, token = await lease(client, ttl=1000)
