@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from broker.app import App
 from tests.conftest import Connect
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
@@ -203,6 +204,23 @@ async def test_a_connection_closing_leaves_a_job_it_once_held_to_its_new_worker(
     await first.aclose()
     await trio.testing.wait_all_tasks_blocked()
     assert (await second.call("ACK", id=job_id, token=token))["ok"] is True
+
+
+async def test_a_connection_is_held_to_exactly_the_jobs_it_has_not_settled(
+    app: App, connect: Connect
+) -> None:
+    worker, producer = await connect(), await connect()
+    settled, kept = await push(producer), await push(producer)
+    await worker.call("PULLB", queue="q", count=2)
+    await worker.call("ACK", id=settled)
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert await state_of(producer, kept) == "waiting"  # still held when the connection went
+    other = await connect()
+    await other.call("PULL", queue="q")
+    await other.call("ACK", id=kept)
+    assert app.actor is not None
+    assert app.actor.engine.state.holdings == {}  # nothing kept for a connection holding none
 
 
 async def test_job_heartbeat_renews_the_lease(client: FrameClient, autojump_clock) -> None:
