@@ -537,15 +537,14 @@ class EngineState:
         self._wait_for_dependencies(job, now)  # a dependency may still be unfinished
         return True
 
-    def remove(self, job: Job) -> bool:
-        """Forget a job (Cancel, Drain, Clean...); False when it is gone already."""
+    def remove(self, job: Job) -> None:
+        """Forget a job (Cancel, Drain, Clean...); nothing when it is gone already."""
         if self.jobs.get(job.id) is not job:
-            return False
+            return
         self._end_activity(job)
         self._free_keys(job)
         self.forget(job)
         self.emit("removed", job)
-        return True
 
     def remove_many(self, jobs: list[Job]) -> list[Job]:
         """`remove` for many jobs at once (Drain, Obliterate, Clean...); returns those removed.
@@ -727,10 +726,11 @@ class EngineState:
         nothing else is pending. The edge goes for good (stored), so neither a restart nor the
         dependency's completion later counts it again."""
         parent.depends_on = [dep for dep in parent.opts.depends_on if dep != dep_id]
-        waiting = self.dependents.get(dep_id)
-        if waiting and parent.id in waiting:
-            waiting.remove(parent.id)
         self.touch(parent)
+        waiting = self.dependents.get(dep_id)
+        if not waiting or parent.id not in waiting:
+            return  # it completed once (then ran again): no longer among the pending ones
+        waiting.remove(parent.id)
         parent.pending_deps -= 1
         if parent.pending_deps <= 0:
             self.schedule(parent, now)

@@ -117,3 +117,14 @@ async def test_a_closing_connection_gets_its_jobs_requeued_and_is_never_written_
         await trio.testing.wait_all_tasks_blocked()
         actor.inbox.close()
     assert other.replies[-1]["state"] == "waiting"  # back in the queue, no attempt spent
+
+
+def test_an_engine_without_metrics_observers_settles_jobs() -> None:
+    # The app sets the latency observers; an engine used on its own has none.
+    engine = Engine()
+    session = RecordingSession(set())
+    for fields in ({"cmd": "PUSH", "queue": "q", "data": 1}, {"cmd": "PULL", "queue": "q"}):
+        engine.execute(session, command(**fields), EPOCH_MS)
+    job_id = session.replies[1]["job"]["id"]
+    engine.execute(session, command(cmd="ACK", id=job_id), EPOCH_MS + 5)
+    assert session.replies[2] == {"ok": True}

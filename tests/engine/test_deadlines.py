@@ -58,6 +58,32 @@ async def test_ackb_reports_positions_a_timeout_won(client: FrameClient, autojum
     assert [await state_of(client, i) for i in (fast, slow)] == ["completed", "failed"]
 
 
+async def test_only_the_timed_out_lease_is_answered_as_late(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=3, backoff=60_000)
+    await lease(client)
+    await trio.sleep(1.001)  # timed out: delayed for its retry, the lease's token remembered
+    foreign = await client.call("ACK", id=job_id, token="another-workers-token")
+    assert foreign["error"] == f"Job not found or not in processing state: {job_id}"
+    untokened = await client.call("ACK", id=job_id)  # the late worker, not sending its token
+    assert untokened["data"] == ALREADY
+    assert await state_of(client, job_id) == "delayed"
+
+
+async def test_a_timed_out_token_is_late_only_until_the_job_runs_again(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=3, backoff=1)
+    _, first = await lease(client)
+    await trio.sleep(1.001)  # the first activation timed out
+    await trio.sleep(0.01)
+    _, second = await lease(client)
+    assert (await client.call("FAIL", id=job_id, token=second))["ok"] is True
+    stale = await client.call("ACK", id=job_id, token=first)  # from before the second run
+    assert stale["error"] == f"Job not found or not in processing state: {job_id}"
+
+
 async def test_ttl_expires_a_queued_job_visibly(client: FrameClient, autojump_clock) -> None:
     job_id = await push(client, ttl=5000)
     delayed = await push(client, ttl=1000, delay=10_000)

@@ -222,3 +222,19 @@ async def test_invalid_settings_stored_by_an_older_broker_are_ignored(
     stored = [r for r in store.load_records() if r.kind == "queue"]
     store.close()
     assert msgspec.msgpack.decode(stored[0].body)["dlqConfig"] == {}
+
+
+async def test_a_job_retried_from_the_dlq_starts_afresh(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, maxAttempts=2)
+    await client.call("PULL", queue="q", owner="w", lockTtl=1000)
+    await trio.sleep(1.001)  # the lease ran out: a stall, requeued
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="boom", stack=["at f"])
+    failed = (await client.call("GetJob", id=job_id))["job"]
+    assert (failed["state"], failed["attempts"], failed["stallCount"]) == ("failed", 2, 1)
+    assert (await client.call("RetryDlq", queue="q", jobId=job_id))["count"] == 1
+    job = (await client.call("GetJob", id=job_id))["job"]
+    assert (job["state"], job["attempts"], job["stallCount"]) == ("waiting", 0, 0)
+    assert (job["completedAt"], job["stacktrace"], job["failedReason"]) == (None, None, None)

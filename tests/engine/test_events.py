@@ -45,3 +45,33 @@ async def test_a_slow_subscriber_is_dropped_not_waited_for(client: FrameClient, 
     assert subscription.dropped == DROPPED_SLOW
     assert len(drain(subscription)) == SUBSCRIBER_BUFFER
     assert not app.actor.engine.state.emitting  # nobody left listening
+
+
+async def test_a_retry_event_says_why_and_how_long(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:retried"])
+    job_id = await push(client, maxAttempts=2, backoff={"type": "fixed", "delay": 5000})
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="boom")
+    message = subscription.receive.receive_nowait()
+    assert message["data"] == {"queue": "q", "jobId": job_id, "error": "boom", "delay": 5000}
+    job = (await client.call("GetJob", id=job_id))["job"]
+    assert (job["state"], job["startedAt"]) == ("delayed", None)  # no longer started
+
+
+async def test_a_failure_event_says_why(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:failed"])
+    job_id = await push(client, maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="boom")
+    message = subscription.receive.receive_nowait()
+    assert message["data"] == {"queue": "q", "jobId": job_id, "error": "boom"}
+
+
+async def test_drained_jobs_are_announced_as_removed(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:removed"])
+    job_id = await push(client)
+    assert (await client.call("Drain", queue="q"))["count"] == 1
+    assert drain(subscription) == [("job:removed", job_id)]

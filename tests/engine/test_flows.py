@@ -108,8 +108,12 @@ async def test_an_existing_id_is_refused(client: FrameClient) -> None:
     assert await state_of(client, "new") == "unknown"
 
 
-async def test_fail_parent_on_failure(client: FrameClient) -> None:
-    await client.call("PUSHF", jobs=family(failParentOnFailure=True))
+@pytest.mark.parametrize("remove_on_fail", [False, True])
+async def test_fail_parent_on_failure(client: FrameClient, remove_on_fail: bool) -> None:
+    # A child removed on failure still fails its parent, with its reason.
+    await client.call(
+        "PUSHF", jobs=family(failParentOnFailure=True, removeOnFail=remove_on_fail)
+    )
     await finish(client, "c1", ok=False)
     job = (await client.call("GetJob", id="p"))["job"]
     assert (job["state"], job["failedReason"]) == ("failed", "Child job c1 failed: c1 broke")
@@ -131,6 +135,24 @@ async def test_remove_and_ignore_dependency_on_failure(client: FrameClient) -> N
     assert await state_of(client, "p") == "waiting"
     ignored = await client.call("GetIgnoredChildrenFailures", id="p")
     assert ignored["values"] == {"fq:c1": "c1 broke"}
+
+
+async def test_the_last_child_dropped_on_failure_releases_the_parent(client: FrameClient) -> None:
+    await client.call("PUSHF", jobs=family(removeDependencyOnFailure=True))
+    await finish(client, "c2")
+    assert await state_of(client, "p") == "waiting-children"
+    await finish(client, "c1", ok=False)
+    assert await state_of(client, "p") == "waiting"
+
+
+async def test_a_parent_failed_by_its_child_follows_its_own_remove_on_fail(
+    client: FrameClient,
+) -> None:
+    jobs = family(failParentOnFailure=True)
+    jobs[2]["input"]["removeOnFail"] = True
+    await client.call("PUSHF", jobs=jobs)
+    await finish(client, "c1", ok=False)
+    assert await state_of(client, "p") == "unknown"  # failed, and removed as it asked
 
 
 async def test_without_a_policy_the_parent_keeps_waiting_visibly(client: FrameClient) -> None:
@@ -175,3 +197,15 @@ async def test_a_flow_holds_at_most_10000_jobs(client: FrameClient) -> None:
     reply = await client.call("PUSHF", jobs=jobs)
     assert reply["error"] == "a flow holds at most 10000 jobs"
     assert (await client.call("Count", queue="fq"))["count"] == 0
+
+
+async def test_detaching_a_rerun_child_leaves_the_parent_waiting_for_the_others(
+    client: FrameClient,
+) -> None:
+    await client.call("PUSHF", jobs=family())
+    await finish(client, "c1")  # c1 counted as done for p; RetryCompleted runs it again
+    assert (await client.call("RetryCompleted", queue="fq", id="c1"))["count"] == 1
+    assert (await client.call("RemoveChildDependency", id="c1"))["removed"] is True
+    assert await state_of(client, "p") == "waiting-children"  # c2 has not run yet
+    await finish(client, "c2")
+    assert await state_of(client, "p") == "waiting"

@@ -79,3 +79,10 @@ async def test_group_option_validation(client: FrameClient) -> None:
     assert bad["error"] == "group.concurrency must be at least 1"
     bad = await client.call("PULL", queue="q", group={"limit": {"max": 1, "duration": 0}})
     assert bad["error"] == "group.limit.duration must be greater than 0"
+
+
+async def test_a_drained_group_has_room_again(client: FrameClient) -> None:
+    assert (await client.call("PUSH", queue="q", data={}, groupId="g", groupMaxSize=1))["ok"]
+    assert (await client.call("Drain", queue="q"))["count"] == 1
+    again = await client.call("PUSH", queue="q", data={}, groupId="g", groupMaxSize=1)
+    assert again["ok"] is True

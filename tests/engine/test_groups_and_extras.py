@@ -117,7 +117,8 @@ async def test_move_to_waiting_children_waits_for_children_attached_while_runnin
     await client.call("UpdateParent", parentId=parent, childId=child)
     moved = await client.call("MoveToWaitingChildren", id=parent)
     assert moved["data"] == {"moved": True}
-    assert await state_of(client, parent) == "waiting-children"
+    job = (await client.call("GetJob", id=parent))["job"]
+    assert (job["state"], job["startedAt"]) == ("waiting-children", None)  # no longer started
     await client.call("PULL", queue="children")
     await client.call("ACK", id=child)
     assert await state_of(client, parent) == "waiting"

@@ -21,7 +21,7 @@ from broker.engine import state as state_module
 from broker.engine.housekeeping import PURGE, Purge
 from broker.engine.model import Job
 from broker.engine.records import job_to_row
-from store import JobRow, MemoryStore, Record, StoreError
+from store import JobRow, MemoryStore, Record, StoreError, open_sqlite
 from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_restart import Broker
@@ -76,6 +76,39 @@ async def test_removed_jobs_release_their_memory(
     assert all(len(queue.ready) < JOBS for queue in state.queues.values())
 
 
+async def test_the_very_first_job_drained_is_let_go_of(app: App, client: FrameClient) -> None:
+    refs = job_refs(app, [await push(client)])  # the broker's first ready entry (number 0)
+    assert (await client.call("Drain", queue="q"))["count"] == 1
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
+@pytest.mark.parametrize("timer", [{"delay": 3_600_000}, {"ttl": 3_600_000}])
+async def test_drained_timed_jobs_release_their_memory(
+    app: App, client: FrameClient, timer: dict[str, Any]
+) -> None:
+    # Each leaves one wheel timer behind (its promotion or its ttl), all of them stale.
+    ids = await push_many(client, JOBS, **timer)
+    refs = job_refs(app, ids)
+    assert (await client.call("Drain", queue="q"))["count"] == JOBS
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
+@pytest.mark.parametrize("timer", [{"ttl": 3_600_000}, {"timeout": 3_600_000}])
+async def test_obliterated_active_jobs_release_their_memory(
+    app: App, client: FrameClient, timer: dict[str, Any]
+) -> None:
+    # Each leased job leaves two wheel timers behind: its lease's and its ttl's or timeout's.
+    ids = await push_many(client, JOBS, **timer)
+    for _ in range(JOBS // 500):
+        await client.call("PULLB", queue="q", count=500, owner="w", lockTtl=3_600_000)
+    refs = job_refs(app, ids)
+    assert (await client.call("Obliterate", queue="q"))["ok"] is True
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
 async def test_jobs_cancelled_one_by_one_release_their_memory(
     app: App, client: FrameClient
 ) -> None:
@@ -88,6 +121,22 @@ async def test_jobs_cancelled_one_by_one_release_their_memory(
         ]
         await client.send(*cancels)
         await client.receive_for(ids[start + 499])
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
+async def test_jobs_cancelled_then_drained_release_their_memory(
+    app: App, client: FrameClient
+) -> None:
+    # Half cancelled one by one (too few stale entries to compact), the rest drained: the
+    # drain adds its stale entries to those already counted, and the heap is compacted.
+    ids = await push_many(client, JOBS)
+    refs = job_refs(app, ids)
+    half = JOBS // 2
+    for start in range(0, half, 500):
+        await client.send(*[{"cmd": "Cancel", "id": i, "reqId": i} for i in ids[start:start + 500]])
+        await client.receive_for(ids[start + 499])
+    assert (await client.call("Drain", queue="q"))["count"] == JOBS - half
     await trio.testing.wait_all_tasks_blocked()
     assert alive(refs) == 0
 
@@ -116,6 +165,18 @@ def small_slices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Large removals become purges from 10 jobs on, 10 rows a pass."""
     monkeypatch.setattr(state_module, "PURGE_SLICE", 10)
     yield
+
+
+async def test_without_a_store_a_large_drain_keeps_no_ids(
+    app: App, client: FrameClient, small_slices: None
+) -> None:
+    # Purges exist to delete store rows; in memory mode nothing would ever take their ids.
+    await push_many(client, 50)
+    assert (await client.call("Drain", queue="q"))["count"] == 50
+    await trio.testing.wait_all_tasks_blocked()
+    assert app.actor is not None
+    state = app.actor.engine.state
+    assert (state.purges, state.purge_writes, state.deleted) == ([], [], set())
 
 
 async def test_large_drain_lets_other_clients_through(
@@ -197,14 +258,31 @@ async def test_restart_finishes_a_drain_cut_short(nursery: trio.Nursery) -> None
     app.shutdown()
 
 
+async def test_a_job_a_killed_broker_stored_as_held_comes_back_waiting(
+    nursery: trio.Nursery,
+) -> None:
+    # Written active while a connection held it (its progress), then the broker was killed.
+    job = Job(id="held", queue="q", name="j", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
+    job.state, job.started_at, job.holder = "active", EPOCH_MS, object()  # type: ignore[assignment]
+    store = MemoryStore()
+    store.rows["held"] = job_to_row(job)
+    app = await start(nursery, store)
+    client = await memory_connector(app, nursery)()
+    stored = (await client.call("GetJob", id="held"))["job"]
+    assert (stored["state"], stored["attempts"], stored["startedAt"]) == ("waiting", 0, None)
+    assert store.rows["held"].state == "waiting"  # and the store agrees
+    app.shutdown()
+
+
 async def test_a_job_pushed_again_during_a_purge_survives_a_restart(
     store_factory: StoreFactory, small_slices: None
 ) -> None:
     broker = Broker(store_factory)
     async with broker.running() as connect:
         client = await connect()
-        await push_many(client, 50)
+        # First in, so among the purge's last rows to go: it is still pending at the push.
         reused = await push(client, jobId="custom-1")
+        await push_many(client, 50)
         await client.send({"cmd": "Drain", "queue": "q", "reqId": "drain"})
         again = await push(client, jobId="custom-1", data={"n": 2})
         assert again == reused
@@ -274,6 +352,20 @@ async def test_http_port_opens_first_and_is_not_ready_while_loading(
     app.shutdown()
 
 
+def test_restore_yields_after_every_slice_of_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each yield lets the HTTP port answer while a large store loads.
+    monkeypatch.setattr(state_module, "RESTORE_SLICE", 10)
+    jobs = [Job(id=f"j{n}", queue="q", name="j", data=b"\x80", created_at=EPOCH_MS,
+                run_at=EPOCH_MS) for n in range(49)]  # fmt: skip
+    for job in jobs[:29]:
+        job.state, job.completed_at = "completed", EPOCH_MS
+    for job in jobs[29:]:
+        job.state = "waiting"
+    restoring = state_module.EngineState().restore(jobs, set(), EPOCH_MS)
+    # One after sorting, two within the 29 finished jobs, four within all 49.
+    assert sum(1 for _ in restoring) == 1 + 2 + 4
+
+
 async def test_restore_is_a_step_of_start_up_not_of_the_constructor() -> None:
     from broker.engine.actor import EngineActor
     from broker.engine.core import Engine
@@ -290,6 +382,23 @@ def test_tombstone_lists_ids() -> None:
     record = Purge.new(["a", "b"]).tombstone()
     assert isinstance(record, Record) and record.kind == PURGE
     assert Purge.resumed(record).ids == ["a", "b"]
+
+
+async def test_jobs_pushed_and_drained_in_one_pass_are_not_stored(tmp_path: Any) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path))
+    async with broker.running() as connect:
+        client = await connect()
+        earlier = await push(client)
+        await client.send(
+            {"cmd": "PUSH", "queue": "q", "data": {}, "reqId": "push"},
+            {"cmd": "Drain", "queue": "q", "reqId": "drain"},
+        )
+        assert (await client.receive_for("drain"))["count"] == 2
+        pushed = (await client.receive_for("push"))["id"]
+    store = broker.open_store()
+    assert {row.id for row in store.load()} & {earlier, pushed} == set()
+    store.close()
 
 
 async def test_a_job_removed_and_pushed_again_in_one_pass_is_stored(

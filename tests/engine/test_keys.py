@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import trio
 
+from broker.app import App
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
 
@@ -54,3 +55,51 @@ async def test_debounce_without_ttl_lasts_until_the_job_starts(client: FrameClie
     assert await push(client, debounceId="d") == first
     await client.call("PULL", queue="q")
     assert await push(client, debounceId="d") != first
+
+
+async def test_a_job_retried_from_the_dlq_takes_its_unique_key_again(client: FrameClient) -> None:
+    first = await push(client, uniqueKey="k", maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=first)  # failed for good: the key is free
+    assert (await client.call("RetryDlq", queue="q", jobId=first))["count"] == 1
+    assert await push(client, uniqueKey="k") == first  # held again by the retried job
+
+
+async def test_a_retried_job_does_not_take_a_key_held_by_a_newer_job(client: FrameClient) -> None:
+    first = await push(client, uniqueKey="k", maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=first)
+    newer = await push(client, uniqueKey="k")
+    assert newer != first
+    assert (await client.call("RetryDlq", queue="q", jobId=first))["count"] == 1
+    assert await push(client, uniqueKey="k") == newer
+
+
+async def test_expired_debounce_windows_are_let_go_of(
+    app: App, client: FrameClient, autojump_clock
+) -> None:
+    # A timed window outlives its job; once it ends, the broker holds nothing for it.
+    jobs = [{"data": n, "debounceId": f"d{n}", "debounceTtl": 1000} for n in range(100)]
+    ids = (await client.call("PUSHB", queue="q", jobs=jobs))["ids"]
+    await client.call("PULLB", queue="q", count=100)
+    await client.call("ACKB", ids=ids)
+    assert app.actor is not None
+    keys = app.actor.engine.state.keys
+    assert len(keys) == 100
+    await trio.sleep(1.001)
+    assert len(keys) == 0
+
+
+async def test_an_untimed_debounce_ends_when_its_job_goes_away(client: FrameClient) -> None:
+    first = await push(client, debounceId="d")
+    assert (await client.call("Cancel", id=first))["ok"] is True
+    second = await push(client, debounceId="d")
+    assert second != first and await state_of(client, second) == "waiting"
+
+
+async def test_draining_a_queue_ends_its_untimed_debounces(client: FrameClient) -> None:
+    first = await push(client, debounceId="d")
+    await push(client)  # a plain job drained alongside
+    assert (await client.call("Drain", queue="q"))["count"] == 2
+    second = await push(client, debounceId="d")
+    assert second != first and await state_of(client, second) == "waiting"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from tests.conftest import Connect
@@ -201,6 +202,36 @@ async def test_wait_job(connect: Connect, autojump_clock) -> None:
     assert reply["completed"] is False and trio.current_time() - start >= 2
     missing = await waiter.call("WaitJob", id="ghost")
     assert missing["error"] == "Job not found"
+
+
+@pytest.mark.parametrize(
+    "removal", [{"cmd": "Cancel", "id": "j"}, {"cmd": "Drain", "queue": "q"}]
+)
+async def test_wait_job_on_a_job_that_is_removed(
+    connect: Connect, autojump_clock, removal: dict[str, str]
+) -> None:
+    waiter = await connect()
+    other = await connect()
+    job_id = await push(other, jobId="j")
+    await waiter.send({"cmd": "WaitJob", "id": job_id, "timeout": 10_000, "reqId": "w"})
+    await trio.sleep(1)
+    assert (await other.call(**removal))["ok"] is True
+    with trio.fail_after(1):  # answered at the removal, not at the timeout
+        reply = await waiter.receive_for("w")
+    assert reply == {"ok": True, "completed": False, "state": "unknown", "reqId": "w"}
+
+
+async def test_wait_job_on_a_job_that_fails(connect: Connect, autojump_clock) -> None:
+    waiter = await connect()
+    worker = await connect()
+    job_id = await push(worker, maxAttempts=1)
+    await waiter.send({"cmd": "WaitJob", "id": job_id, "timeout": 10_000, "reqId": "w"})
+    await trio.sleep(1)
+    await worker.call("PULL", queue="q")
+    await worker.call("FAIL", id=job_id)
+    with trio.fail_after(1):  # answered at the failure, not at the timeout
+        reply = await waiter.receive_for("w")
+    assert reply == {"ok": True, "completed": False, "state": "failed", "reqId": "w"}
 
 
 async def test_compact_memory_keeps_every_job_and_timer_that_matters(

@@ -56,7 +56,8 @@ async def test_move_to_delayed_of_a_leased_job(client: FrameClient, autojump_clo
     job_id, token = await lease(client)
     moved = await client.call("MoveToDelayed", id=job_id, token=token, delay=5000)
     assert moved["ok"] is True
-    assert await state_of(client, job_id) == "delayed"
+    job = await get_job(client, job_id)
+    assert (job["state"], job["startedAt"]) == ("delayed", None)  # no longer started
     await trio.sleep(4.9)
     assert await state_of(client, job_id) == "delayed"
     await trio.sleep(0.2)
@@ -233,3 +234,74 @@ async def test_cleared_logs_stay_cleared(sqlite_broker: Broker, autojump_clock) 
     async with sqlite_broker.running() as connect:
         client = await connect()
         assert await logs_of(client, job_id) == (["m2"], 1)
+
+
+async def test_extend_lock_is_a_heartbeat(client: FrameClient, autojump_clock) -> None:
+    await push(client)
+    job_id, token = await lease(client, ttl=5000)
+    await trio.sleep(1)
+    assert (await client.call("ExtendLock", id=job_id, token=token, duration=5000))["ok"]
+    job = await get_job(client, job_id)
+    assert job["lastHeartbeat"] - job["startedAt"] == 1000
+
+
+async def test_an_extended_lease_survives_a_restart(
+    sqlite_broker: Broker, autojump_clock
+) -> None:
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        await push(client)
+        job_id, token = await lease(client, ttl=1000)
+        extended = await client.call("ExtendLock", id=job_id, token=token, duration=60_000)
+        assert extended["ok"] is True
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        await trio.sleep(30)  # the stored lease is the extended one, not the first second's
+        assert await state_of(client, job_id) == "active"
+        assert (await client.call("ACK", id=job_id, token=token))["ok"] is True
+
+
+async def test_a_promoted_job_delayed_again_waits_its_new_delay(
+    client: FrameClient, autojump_clock
+) -> None:
+    # Every reschedule retires the job's pending promotion timers: none of the earlier ones
+    # (at 10 s, and the retry's at 50 s) may promote it before its last delay.
+    job_id = await push(client, delay=10_000, maxAttempts=3,
+                        backoff={"type": "fixed", "delay": 50_000})  # fmt: skip
+    assert (await client.call("Promote", id=job_id))["ok"] is True
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id)
+    assert (await client.call("ChangeDelay", id=job_id, delay=100_000))["ok"] is True
+    await trio.sleep(99.9)
+    assert await state_of(client, job_id) == "delayed"
+    await trio.sleep(0.2)
+    assert await state_of(client, job_id) == "waiting"
+
+
+async def test_a_job_changed_and_removed_in_one_pass_stays_gone(sqlite_broker: Broker) -> None:
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        await push(client)
+        job_id, token = await lease(client)
+        await client.send(  # one pass: the lease's renewal is written, then the ACK forgets it
+            {"cmd": "ExtendLock", "id": job_id, "token": token, "duration": 60_000, "reqId": "x"},
+            {"cmd": "ACK", "id": job_id, "token": token, "removeOnComplete": True, "reqId": "a"},
+        )
+        assert (await client.receive_for("a"))["ok"] is True
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        assert await state_of(client, job_id) == "unknown"
+
+
+async def test_a_timed_debounce_window_outlasts_a_restart_of_its_started_job(
+    sqlite_broker: Broker, autojump_clock
+) -> None:
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        first = await push(client, debounceId="d", debounceTtl=60_000)
+        await lease(client)
+    async with sqlite_broker.running() as connect:
+        client = await connect()
+        assert await push(client, debounceId="d", debounceTtl=60_000) == first
+        await trio.sleep(60)
+        assert await push(client, debounceId="d", debounceTtl=60_000) != first

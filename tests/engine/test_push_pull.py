@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
+from broker.engine import state as state_module
 from tests.conftest import Connect
 from tests.support.client import FrameClient
 
@@ -186,11 +188,62 @@ async def test_dependent_waits_until_its_dependency_completes(client: FrameClien
     assert await pull_ids(client, "deps") == [child]
 
 
+async def test_an_unrelated_job_completes_while_a_dependent_waits(client: FrameClient) -> None:
+    parent = await push(client, "deps")
+    child = await push(client, "deps", dependsOn=[parent])
+    unrelated = await push(client, "other")
+    assert await pull_ids(client, "other") == [unrelated]
+    assert (await client.call("ACK", id=unrelated))["ok"] is True
+    assert await state_of(client, child) == "waiting-children"
+
+
+async def test_a_cancelled_dependent_does_not_hold_up_the_others(client: FrameClient) -> None:
+    parent = await push(client, "deps")
+    cancelled = await push(client, "deps", dependsOn=[parent])
+    kept = await push(client, "deps", dependsOn=[parent])
+    assert (await client.call("Cancel", id=cancelled))["ok"] is True
+    assert await pull_ids(client, "deps") == [parent]
+    assert (await client.call("ACK", id=parent))["ok"] is True
+    assert await state_of(client, kept) == "waiting"
+
+
 async def test_depending_on_a_completed_job_is_ready_at_once(client: FrameClient) -> None:
     done = await push(client)
     await pull_ids(client)
     await client.call("ACK", id=done)
     after = await push(client, dependsOn=[done])
+    assert await state_of(client, after) == "waiting"
+
+
+async def test_a_removed_job_satisfies_a_dependency_only_if_it_had_completed(
+    client: FrameClient,
+) -> None:
+    done = await push(client)
+    await pull_ids(client)
+    await client.call("ACK", id=done)
+    cleaned = await client.call("Clean", queue="q", grace=0, state="completed")
+    assert cleaned["ids"] == [done]
+    after = await push(client, dependsOn=[done])  # it completed: the broker remembers that
+    assert await state_of(client, after) == "waiting"
+    cancelled = await push(client, "other")
+    assert (await client.call("Cancel", id=cancelled))["ok"] is True
+    refused = await client.call("PUSH", queue="q", data={}, dependsOn=[cancelled])
+    assert refused["error"] == f"Dependency job not found: {cancelled}"
+
+
+async def test_the_newest_completed_ids_are_remembered_for_dependencies(
+    client: FrameClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_module, "KEEP_DONE_IDS", 3)
+    done = []
+    for _ in range(4):  # removed on completion: only the id is remembered, the oldest dropped
+        job_id = await push(client, removeOnComplete=True)
+        await pull_ids(client)
+        await client.call("ACK", id=job_id)
+        done.append(job_id)
+    refused = await client.call("PUSH", queue="q", data={}, dependsOn=[done[0]])
+    assert refused["error"] == f"Dependency job not found: {done[0]}"
+    after = await push(client, dependsOn=done[1:])
     assert await state_of(client, after) == "waiting"
 
 

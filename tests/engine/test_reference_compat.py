@@ -220,6 +220,33 @@ async def test_metrics_of_a_queue_counts_finishes_per_minute(
     assert bad["error"] == "Metrics type must be 'completed' or 'failed'"
 
 
+async def test_completions_are_counted_and_end_at_full_progress(client: FrameClient) -> None:
+    for _ in range(2):
+        await push(client)
+    ids = await pull_ids(client)
+    for job_id in ids:
+        await client.call("ACK", id=job_id)
+    assert (await client.call("Metrics"))["metrics"]["totalCompleted"] == 2
+    assert (await client.call("GetJob", id=ids[0]))["job"]["progress"] == 100
+    exposition = (await client.call("Prometheus"))["data"]["metrics"]
+    assert "trioq_processing_seconds_count 2" in exposition  # both processing times observed
+    assert "trioq_processing_seconds_sum 0.0" in exposition  # acknowledged as they started
+    assert "trioq_push_to_start_seconds_sum 0.0" in exposition  # started as they were pushed
+
+
+async def test_failures_are_counted_per_queue_and_in_total(client: FrameClient) -> None:
+    for _ in range(2):
+        await push(client, maxAttempts=1)
+    for job_id in await pull_ids(client):
+        await client.call("FAIL", id=job_id)
+    failed = await client.call("Metrics", queue="q", type="failed")
+    assert (failed["data"]["data"], failed["data"]["meta"]["count"]) == ([2], 2)
+    completed = await client.call("Metrics", queue="q", type="completed")
+    assert completed["data"]["meta"]["count"] == 0
+    assert (await client.call("Metrics"))["metrics"]["totalFailed"] == 2
+    assert (await client.call("Stats"))["stats"]["failed"] == 2
+
+
 async def test_trim_events_answers_how_many_were_removed(client: FrameClient) -> None:
     reply = await client.call("TrimEvents", queue="q", maxLength=10)
     assert reply["data"] == {"removed": 0}

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
+import pytest
 import trio
 
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
-from store import MemoryStore
+from store import MemoryStore, open_sqlite
 from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
 from tests.engine.test_push_pull import push, state_of
 
@@ -208,3 +210,81 @@ async def test_logs_survive_a_restart(store_factory: StoreFactory) -> None:
             ("started", "info"),
             ("careful", "warn"),
         ]
+
+
+async def test_retention_keeps_evicting_in_completion_order_after_a_restart(
+    tmp_path: Path, autojump_clock
+) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path), keep_completed=2)
+    async with broker.running() as connect:
+        client = await connect()
+        first, second, third = [await push(client) for _ in range(3)]
+        await client.call("PULLB", queue="q", count=3)
+        for job_id in (third, second, first):  # completed newest first
+            await client.call("ACK", id=job_id)
+            await trio.sleep(1)
+        assert await state_of(client, third) == "unknown"  # the earliest completion went
+    async with broker.running() as connect:
+        client = await connect()
+        fourth = await push(client)
+        await client.call("PULL", queue="q")
+        await client.call("ACK", id=fourth)
+        states = [await state_of(client, job_id) for job_id in (first, second, fourth)]
+        assert states == ["completed", "unknown", "completed"]
+
+
+@pytest.mark.parametrize("pull", [{"owner": "w", "lockTtl": 600_000}, {"detach": True}])
+async def test_an_active_job_keeps_its_timeout_and_is_alive_at_the_restart(
+    tmp_path: Path, autojump_clock, pull: dict[str, object]
+) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path))
+    async with broker.running() as connect:
+        client = await connect()
+        job_id = await push(client, timeout=120_000, maxAttempts=1)
+        await client.call("PULL", queue="q", **pull)
+    await trio.sleep(60)
+    async with broker.running() as connect:
+        client = await connect()
+        job = (await client.call("GetJob", id=job_id))["job"]
+        # Nobody could beat while the broker was down: alive as of the restart.
+        assert job["lastHeartbeat"] - job["startedAt"] == 60_000
+        await trio.sleep(59.9)  # the timeout runs from its start, not from the restart
+        assert await state_of(client, job_id) == "active"
+        await trio.sleep(0.2)
+        assert await state_of(client, job_id) == "failed"
+
+
+async def test_a_retried_job_holds_no_untimed_debounce_after_a_restart(
+    tmp_path: Path, autojump_clock
+) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path))
+    async with broker.running() as connect:
+        client = await connect()
+        first = await push(client, debounceId="d", maxAttempts=3, backoff=60_000)
+        await client.call("PULL", queue="q")
+        await client.call("FAIL", id=first)  # it started: its untimed debounce ended then
+    async with broker.running() as connect:
+        client = await connect()
+        assert await state_of(client, first) == "delayed"
+        assert await push(client, debounceId="d") != first
+
+
+async def test_a_job_whose_ttl_ran_out_while_down_is_deleted_from_the_store(
+    tmp_path: Path, autojump_clock
+) -> None:
+    path = str(tmp_path / "trioq.db")
+    broker = Broker(lambda: open_sqlite(path))
+    async with broker.running() as connect:
+        client = await connect()
+        expired = await push(client, ttl=1000, removeOnFail=True)
+        kept = await push(client)
+    await trio.sleep(2)
+    async with broker.running() as connect:
+        client = await connect()
+        assert await state_of(client, expired) == "unknown"
+    store = broker.open_store()
+    assert [row.id for row in store.load()] == [kept]
+    store.close()

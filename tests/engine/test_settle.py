@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from broker.app import App
 from tests.conftest import Connect
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
@@ -190,6 +191,58 @@ async def test_expired_lease_requeues_then_fails_after_three(
     assert await state_of(client, job_id) == "failed"
 
 
+async def test_an_expired_lease_is_the_last_sign_of_life(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, maxAttempts=3)
+    await lease(client, ttl=1000)
+    await trio.sleep(1.001)
+    job = await get_job(client, job_id)
+    assert (job["state"], job["startedAt"]) == ("waiting", None)
+    assert job["lastHeartbeat"] == job["createdAt"] + 1000  # when the lease ran out
+
+
+async def test_a_job_whose_lease_ran_out_is_pulled_again_without_one(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, maxAttempts=3)
+    await lease(client, ttl=1000)
+    await trio.sleep(1.001)  # requeued: the old lease is gone with its token
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+    assert (await client.call("ACK", id=job_id))["ok"] is True
+
+
+async def test_a_connection_closing_leaves_a_job_it_once_held_to_its_new_worker(
+    connect: Connect,
+) -> None:
+    first, second = await connect(), await connect()
+    job_id = await push(first, maxAttempts=3, backoff=0)
+    await first.call("PULL", queue="q")  # held by the first connection
+    await first.call("FAIL", id=job_id)  # back to waiting, no longer held
+    job_id_again, token = await lease(second)
+    assert job_id_again == job_id
+    await first.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert (await second.call("ACK", id=job_id, token=token))["ok"] is True
+
+
+async def test_a_connection_is_held_to_exactly_the_jobs_it_has_not_settled(
+    app: App, connect: Connect
+) -> None:
+    worker, producer = await connect(), await connect()
+    settled, kept = await push(producer), await push(producer)
+    await worker.call("PULLB", queue="q", count=2)
+    await worker.call("ACK", id=settled)
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert await state_of(producer, kept) == "waiting"  # still held when the connection went
+    other = await connect()
+    await other.call("PULL", queue="q")
+    await other.call("ACK", id=kept)
+    assert app.actor is not None
+    assert app.actor.engine.state.holdings == {}  # nothing kept for a connection holding none
+
+
 async def test_job_heartbeat_renews_the_lease(client: FrameClient, autojump_clock) -> None:
     await push(client)
     job_id, token = await lease(client, ttl=1000)
@@ -205,8 +258,10 @@ async def test_closing_a_connection_releases_unleased_jobs(connect: Connect) -> 
     producer = await connect()
     worker = await connect()
     plain = await push(producer)
+    also_plain = await push(producer)
     detached = await push(producer)
     leased = await push(producer)
+    await worker.call("PULL", queue="q")
     await worker.call("PULL", queue="q")
     await worker.call("PULL", queue="q", detach=True)
     await worker.call("PULL", queue="q", owner="w")
@@ -215,6 +270,8 @@ async def test_closing_a_connection_releases_unleased_jobs(connect: Connect) -> 
     assert await state_of(producer, plain) == "waiting"
     job = await get_job(producer, plain)
     assert (job["attempts"], job["startedAt"]) == (0, None)
+    assert isinstance(job["lastHeartbeat"], float)  # alive until its connection went
+    assert await state_of(producer, also_plain) == "waiting"  # every job it held
     assert await state_of(producer, detached) == "active"
     assert await state_of(producer, leased) == "active"
 
