@@ -245,10 +245,17 @@ def log_frames(path: str) -> int:
     return (os.path.getsize(path + "-wal") - 32) // PAGE_FRAME
 
 
+def commit_pass(store: SqliteStore, one: JobRow) -> None:
+    """One engine pass's commit of one row, then the store's upkeep as the actor runs it once
+    the pass's replies are out (the checkpoint, when due)."""
+    store.commit([one], [], sync=False)
+    store.tidy()
+
+
 def commit_until(store: SqliteStore, path: str, frames: int) -> None:
     """Commit one job over and over (one page each time) until the log holds `frames` pages."""
     while log_frames(path) < frames:
-        store.commit([row("same")], [], sync=False)
+        commit_pass(store, row("same"))
     assert log_frames(path) == frames
 
 
@@ -271,9 +278,9 @@ def test_the_log_is_flushed_every_few_pages_and_checkpointed_once_flushed(tmp_pa
             assert os.readlink(f"/proc/self/fd/{sync.calls[-1]}") == path + "-wal"
             sync.let_go()
         wait_until(lambda: store._flusher.flushed == 35)
-        store.commit([row("same")], [], sync=False)  # 36 pages, 35 flushed: checkpointed
+        commit_pass(store, row("same"))  # 36 pages, 35 flushed: checkpointed
         for _ in range(10):  # the log starts over: a flush of its first 10 pages
-            store.commit([row("same")], [], sync=False)
+            commit_pass(store, row("same"))
         sync.wait_entered()
         sync.let_go()
         assert log_frames(path) == 36  # it never grew past the checkpoint
@@ -292,7 +299,7 @@ def test_a_log_the_flusher_cannot_flush_is_checkpointed_at_twice_the_size(tmp_pa
         sync.wait_entered()  # and stuck in the kernel
         commit_until(store, path, 40)  # checkpointed by the commit that reached 40 pages
         for _ in range(5):
-            store.commit([row("same")], [], sync=False)
+            commit_pass(store, row("same"))
         assert log_frames(path) == 40
     finally:
         sync.let_go(5)
@@ -334,7 +341,7 @@ def faulty_disk() -> Iterator[FaultyDisk]:
     disk.unregister()
 
 
-def test_a_failed_checkpoint_is_logged_and_tried_again_next_commit(
+def test_a_failed_checkpoint_is_logged_and_tried_again_next_pass(
     tmp_path: Path, faulty_disk: FaultyDisk, caplog: pytest.LogCaptureFixture
 ) -> None:
     def failing_sync(descriptor: int) -> None:
@@ -347,14 +354,14 @@ def test_a_failed_checkpoint_is_logged_and_tried_again_next_commit(
         faulty_disk.failing = True
         with caplog.at_level(logging.WARNING, logger="store.sqlite"):
             while log_frames(path) < 21:  # the commits themselves succeed: the log has them
-                store.commit([row("same")._replace(body=next(bodies))], [], sync=False)
+                commit_pass(store, row("same")._replace(body=next(bodies)))
         assert [record.getMessage() for record in caplog.records] == [
-            f"checkpoint of {path} failed (tried again next commit): disk write failed"
+            f"checkpoint of {path} failed (tried again next pass): disk write failed"
         ] * 2  # at 20 pages and again at 21
         faulty_disk.failing = False
         for _ in range(6):  # the first one checkpoints; the log starts over
             last = next(bodies)
-            store.commit([row("same")._replace(body=last)], [], sync=False)
+            commit_pass(store, row("same")._replace(body=last))
         assert log_frames(path) == 22
     finally:
         faulty_disk.failing = False
