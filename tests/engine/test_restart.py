@@ -11,8 +11,11 @@ import trio
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
+from broker.engine.actor import Batch, EngineActor
+from broker.engine.core import Engine
 from store import MemoryStore
 from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
+from tests.engine.test_actor import RecordingSession, command
 from tests.engine.test_push_pull import push, state_of
 
 
@@ -208,3 +211,18 @@ async def test_logs_survive_a_restart(store_factory: StoreFactory) -> None:
             ("started", "info"),
             ("careful", "warn"),
         ]
+
+
+async def test_what_a_restart_changes_is_stored_before_the_first_command() -> None:
+    # PostgreSQL keeps each job's state as a column an operator can query: a job the restart
+    # returned to waiting must read "waiting" there at once, not after some later command.
+    store = MemoryStore()
+    first = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    session = RecordingSession(first.outbox)
+    pull = command(cmd="PULL", queue="q", detach=False)  # held by its connection, no lease
+    first.inbox.send_nowait(Batch(session, [command(cmd="PUSH", queue="q", data=1), pull]))
+    first.inbox.close()
+    await first.run()
+    assert [row.state for row in store.rows.values()] == ["active"]
+    await EngineActor(Engine(), Clock(EPOCH_MS), store).restore()
+    assert [row.state for row in store.rows.values()] == ["waiting"]
