@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import msgspec
 import trio
 
 from broker.app import App
@@ -13,7 +14,8 @@ from broker.clock import Clock
 from broker.config import Config
 from broker.engine.actor import Batch, EngineActor
 from broker.engine.core import Engine
-from store import MemoryStore
+from broker.engine.state import EngineState
+from store import MemoryStore, Record
 from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
 from tests.engine.test_actor import RecordingSession, command
 from tests.engine.test_push_pull import push, state_of
@@ -214,15 +216,30 @@ async def test_logs_survive_a_restart(store_factory: StoreFactory) -> None:
 
 
 async def test_what_a_restart_changes_is_stored_before_the_first_command() -> None:
-    # PostgreSQL keeps each job's state as a column an operator can query: a job the restart
-    # returned to waiting must read "waiting" there at once, not after some later command.
+    # PostgreSQL keeps each job's state as a column an operator can query: what the restart
+    # itself changed must be stored at once, not after some later command.
     store = MemoryStore()
     first = EngineActor(Engine(), Clock(EPOCH_MS), store)
     session = RecordingSession(first.outbox)
-    pull = command(cmd="PULL", queue="q", detach=False)  # held by its connection, no lease
-    first.inbox.send_nowait(Batch(session, [command(cmd="PUSH", queue="q", data=1), pull]))
+    first.inbox.send_nowait(Batch(session, [
+        *(command(cmd="PUSH", queue="done", data=1, jobId=job_id) for job_id in ("a", "b")),
+        command(cmd="PULLB", queue="done", count=2),
+        *(command(cmd="ACK", id=job_id) for job_id in ("a", "b")),
+        command(cmd="PUSH", queue="q", data=1, durable=True),
+        command(cmd="PULL", queue="q", detach=False),  # held by its connection, no lease
+    ]))  # fmt: skip
     first.inbox.close()
     await first.run()
-    assert [row.state for row in store.rows.values()] == ["active"]
-    await EngineActor(Engine(), Clock(EPOCH_MS), store).restore()
-    assert [row.state for row in store.rows.values()] == ["waiting"]
+    # An invalid stored DLQ setting, as an earlier trioq stored it.
+    body = msgspec.msgpack.encode({"dlqConfig": {"maxEntries": 0}})
+    store.commit([], [], sync=False, records=[Record("queue", "d", body)])
+    synced = store.synced_commits
+    assert sorted(row.state for row in store.rows.values()) == ["active", "completed", "completed"]
+
+    await EngineActor(Engine(EngineState(keep_completed=1)), Clock(EPOCH_MS), store).restore()
+    # The held job is waiting again (a durable job: committed synchronously), the completed
+    # job past the lower cap is gone, and the invalid setting is corrected.
+    assert sorted(row.state for row in store.rows.values()) == ["completed", "waiting"]
+    assert store.synced_commits == synced + 1
+    stored = msgspec.msgpack.decode(store.records[("queue", "d")].body)
+    assert stored["dlqConfig"] == {}
