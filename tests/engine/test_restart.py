@@ -14,6 +14,7 @@ from broker.clock import Clock
 from broker.config import Config
 from broker.engine.actor import Batch, EngineActor
 from broker.engine.core import Engine
+from broker.engine.crons import Cron
 from broker.engine.state import EngineState
 from store import MemoryStore, Record
 from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
@@ -230,16 +231,22 @@ async def test_what_a_restart_changes_is_stored_before_the_first_command() -> No
     ]))  # fmt: skip
     first.inbox.close()
     await first.run()
-    # An invalid stored DLQ setting, as an earlier trioq stored it.
+    # An invalid stored DLQ setting, as an earlier trioq stored it, and a cron whose last run
+    # (in 2020) was missed while the broker was down.
     body = msgspec.msgpack.encode({"dlqConfig": {"maxEntries": 0}})
-    store.commit([], [], sync=False, records=[Record("queue", "d", body)])
+    over = Cron(
+        "over", "cq", b"1", "0 0 1 1 * 0 2020", None, 0, None, None, None, False, True,
+        EPOCH_MS - 1000,
+    )  # fmt: skip
+    store.commit([], [], sync=False, records=[Record("queue", "d", body), over.to_record()])
     synced = store.synced_commits
     assert sorted(row.state for row in store.rows.values()) == ["active", "completed", "completed"]
 
     await EngineActor(Engine(EngineState(keep_completed=1)), Clock(EPOCH_MS), store).restore()
     # The held job is waiting again (a durable job: committed synchronously), the completed
-    # job past the lower cap is gone, and the invalid setting is corrected.
+    # job past the lower cap is gone, the invalid setting is corrected and the cron deleted.
     assert sorted(row.state for row in store.rows.values()) == ["completed", "waiting"]
     assert store.synced_commits == synced + 1
     stored = msgspec.msgpack.decode(store.records[("queue", "d")].body)
     assert stored["dlqConfig"] == {}
+    assert ("cron", "over") not in store.records
