@@ -45,3 +45,13 @@ async def test_a_slow_subscriber_is_dropped_not_waited_for(client: FrameClient, 
     assert subscription.dropped == DROPPED_SLOW
     assert len(drain(subscription)) == SUBSCRIBER_BUFFER
     assert not app.actor.engine.state.emitting  # nobody left listening
+
+
+async def test_an_event_carries_the_time_it_happened(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:*"], queue="q")
+    await client.call("PUSH", queue="q", data=1, delay=60_000)
+    now = (await client.call("Ping"))["data"]["time"]
+    message = subscription.receive.receive_nowait()
+    assert (message["event"], message["data"]["queue"]) == ("job:pushed", "q")
+    assert now - 1000 <= message["ts"] <= now
