@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from broker.engine import model, queues
 from broker.engine.core import Engine
 from protocol import decode_command
 
@@ -70,3 +71,32 @@ def test_a_waiting_job_with_default_options_takes_under_600_bytes() -> None:
 def test_jobs_pushed_with_the_same_options_share_them() -> None:
     options = {"priority": 5, "attempts": 5, "backoff": 2000, "removeOnComplete": True}
     assert bytes_per_job(pushes(JOBS, **options)) < BOUND
+
+
+def test_the_caches_of_shared_names_and_options_stay_bounded() -> None:
+    # Each job of a client that names every job differently and gives each a priority of its
+    # own adds an entry to the caches that share names, option sets and heap keys: they must
+    # forget, not grow with the jobs, and ordering must not suffer from it.
+    jobs = max(model.MAX_INTERNED, model.MAX_SHARED, queues.MAX_PREFIXES) + 10
+    items = [{"name": f"n{i}", "data": 1, "priority": i} for i in range(jobs)]
+    frame = msgspec.msgpack.encode({"cmd": "PUSHB", "queue": "q", "jobs": items})
+    engine = Engine()
+    engine.execute(Sink(), decode_command(frame), EPOCH_MS)
+    assert len(queues._prefixes) <= queues.MAX_PREFIXES
+    assert len(model._interned_options) <= model.MAX_INTERNED
+    assert len(model._names) <= model.MAX_SHARED
+    pulled = Replies()
+    engine.execute(pulled, decode_command(msgspec.msgpack.encode(
+        {"cmd": "PULLB", "queue": "q", "count": 3})), EPOCH_MS)  # fmt: skip
+    names = [job.name for job in pulled.replies[0]["jobs"]]
+    assert names == [f"n{jobs - 1}", f"n{jobs - 2}", f"n{jobs - 3}"]  # highest priority first
+
+
+class Replies(Sink):
+    """Keeps the replies."""
+
+    def __init__(self) -> None:
+        self.replies: list[Any] = []
+
+    def stage_reply(self, reply: Any, req_id: Any) -> None:
+        self.replies.append(reply)
