@@ -78,13 +78,14 @@ def test_the_caches_of_shared_names_and_options_stay_bounded() -> None:
     # own adds an entry to the caches that share names, option sets and heap keys: they must
     # forget, not grow with the jobs, and ordering must not suffer from it.
     jobs = max(model.MAX_INTERNED, model.MAX_SHARED, queues.MAX_PREFIXES) + 10
-    items = [{"name": f"n{i}", "data": 1, "priority": i} for i in range(jobs)]
-    frame = msgspec.msgpack.encode({"cmd": "PUSHB", "queue": "q", "jobs": items})
-    engine = Engine()
-    engine.execute(Sink(), decode_command(frame), EPOCH_MS)
-    assert len(queues._prefixes) <= queues.MAX_PREFIXES
-    assert len(model._interned_options) <= model.MAX_INTERNED
-    assert len(model._names) <= model.MAX_SHARED
+    engine, sink = Engine(), Sink()
+    largest = [0, 0, 0]
+    for i in range(jobs):
+        push = {"cmd": "PUSH", "queue": "q", "name": f"n{i}", "data": 1, "priority": i}
+        engine.execute(sink, decode_command(msgspec.msgpack.encode(push)), EPOCH_MS)
+        sizes = (len(queues._prefixes), len(model._interned_options), len(model._names))
+        largest = [max(pair) for pair in zip(largest, sizes, strict=True)]
+    assert largest == [queues.MAX_PREFIXES, model.MAX_INTERNED, model.MAX_SHARED]
     pulled = Replies()
     engine.execute(pulled, decode_command(msgspec.msgpack.encode(
         {"cmd": "PULLB", "queue": "q", "count": 3})), EPOCH_MS)  # fmt: skip
