@@ -215,15 +215,24 @@ async def test_a_pass_takes_at_most_32_waiting_batches_and_stores_each_pass_once
     assert len(store.rows) == 40
 
 
-async def test_queue_settings_are_stored_by_a_threaded_commit() -> None:
-    log: list[str] = []
-    store = RecordingStore(log)
+async def run_threaded(store: RecordingStore, *commands: Any) -> None:
+    """Run each command in a pass of its own on an actor committing on a worker thread."""
     store.commit_in_thread = True  # type: ignore[attr-defined]
     actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
-    session = Session(actor.outbox, log)
-    actor.inbox.send_nowait(Batch(session, [command(cmd="Pause", queue="q")]))
+    session = Session(actor.outbox, [])
+    for one in commands:
+        actor.inbox.send_nowait(Batch(session, [one]))
     actor.inbox.close()
     await actor.run()
+
+
+async def test_settings_and_record_deletions_are_stored_by_a_threaded_commit() -> None:
+    store = RecordingStore([])
+    cron = command(cmd="Cron", name="c", queue="cq", data=1, repeatEvery=10_000)
+    await run_threaded(store, command(cmd="Pause", queue="q"), cron)
+    assert ("cron", "c") in store.records
+    await run_threaded(store, command(cmd="CronDelete", name="c"))
+    assert ("cron", "c") not in store.records
     # A broker started on the same store finds the queue paused.
     store.commit_in_thread = False  # type: ignore[attr-defined]  # (replies recorded at once)
     restarted = EngineActor(Engine(), Clock(EPOCH_MS), store)
