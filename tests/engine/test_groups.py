@@ -79,3 +79,19 @@ async def test_group_option_validation(client: FrameClient) -> None:
     assert bad["error"] == "group.concurrency must be at least 1"
     bad = await client.call("PULL", queue="q", group={"limit": {"max": 1, "duration": 0}})
     assert bad["error"] == "group.limit.duration must be greater than 0"
+
+
+async def test_a_grouped_job_counts_as_priority_zero_against_ungrouped_jobs(
+    client: FrameClient,
+) -> None:
+    low = await push(client, priority=-1)
+    grouped_late = await push(client, groupId="g", priority=9)
+    grouped_first = await push(client, groupId="g", priority=1)
+    high = await push(client, priority=1)
+    plain = await push(client)
+    ancient = await push(client, timestamp=-1_000_000)  # runs at a negative time: still after
+    newest = await push(client, lifo=True)
+    # Priority 1 first; then priority 0: LIFO ahead of the rest, the ungrouped by run time,
+    # then the grouped ones by their group priority; then -1.
+    expected = [high, newest, ancient, plain, grouped_first, grouped_late, low]
+    assert await pull_ids(client) == expected
