@@ -112,3 +112,16 @@ async def test_a_shorter_dead_letter_age_forgets_at_the_new_time(
     assert await state_of(client, job_id) == "failed"
     await trio.sleep(0.001)  # 4 s after it failed, not the 10 s of the first setting
     assert await state_of(client, job_id) == "unknown"
+
+
+async def test_a_dead_letter_age_set_later_counts_from_the_failure(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    job_id = await push(client, maxAttempts=1)
+    await run(client, job_id, ok=False)
+    await trio.sleep(5)
+    await client.call("SetDlqConfig", queue="q", config={"maxAge": 10_000})
+    await trio.sleep(4.999)
+    assert await state_of(client, job_id) == "failed"
+    await trio.sleep(0.001)  # 10 s after it failed, not 10 s after the setting
+    assert await state_of(client, job_id) == "unknown"
