@@ -72,3 +72,17 @@ async def test_compact_memory_keeps_a_queue_with_a_parked_pull_or_jobs(
     assert await pull_ids(client) == grouped[1:]
     await trio.sleep(60)
     assert await pull_ids(client, "later") == [delayed]
+
+
+async def test_a_removed_job_leaves_nothing_a_parked_pull_could_take(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    for _ in range(3):
+        removed = await push(client)
+        assert (await client.call("Cancel", id=removed))["ok"] is True
+    await client.send({"cmd": "PULL", "queue": "q", "timeout": 2000, "reqId": "p"})
+    await trio.sleep(1)
+    later = await push(client)
+    assert (await client.receive_for("p"))["job"]["id"] == later
+    await client.call("CompactMemory")
+    assert (await client.call("PULL", queue="q", timeout=1000))["job"] is None

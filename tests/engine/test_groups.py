@@ -91,7 +91,10 @@ async def test_a_grouped_job_counts_as_priority_zero_against_ungrouped_jobs(
     plain = await push(client)
     ancient = await push(client, timestamp=-1_000_000)  # runs at a negative time: still after
     newest = await push(client, lifo=True)
+    grouped_ancient = await push(client, groupId="g", priority=1, timestamp=-1_000_000)
+    grouped_newest = await push(client, groupId="g", priority=1, lifo=True)
     # Priority 1 first; then priority 0: LIFO ahead of the rest, the ungrouped by run time,
-    # then the grouped ones by their group priority; then -1.
-    expected = [high, newest, ancient, plain, grouped_first, grouped_late, low]
+    # then the grouped ones by their group priority (LIFO first there too); then -1.
+    expected = [high, newest, ancient, plain, grouped_newest, grouped_ancient, grouped_first,
+                grouped_late, low]  # fmt: skip
     assert await pull_ids(client) == expected

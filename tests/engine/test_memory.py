@@ -101,3 +101,23 @@ class Replies(Sink):
 
     def stage_reply(self, reply: Any, req_id: Any) -> None:
         self.replies.append(reply)
+
+
+def test_jobs_with_the_same_priority_share_one_heap_key_from_the_first() -> None:
+    # The first job of a new priority meets an empty cache (as after a reset): it must get a
+    # heap key like any other, and the jobs after it must share that one key object.
+    queues._prefixes.clear()
+    queues._prefixes[queues.FIFO] = queues.FIFO
+    engine, sink = Engine(), Sink()
+    for priority in (7, 0, 7, -2):
+        push = {"cmd": "PUSH", "queue": "q", "data": 1, "priority": priority}
+        engine.execute(sink, decode_command(msgspec.msgpack.encode(push)), EPOCH_MS)
+    heap = engine.state.queues["q"].ready
+    keys = {entry[queues.JOB].priority: [] for entry in heap}
+    for entry in heap:
+        keys[entry[queues.JOB].priority].append(entry[0])
+    assert keys[7][0] is keys[7][1] and keys[0] == [queues.FIFO]
+    pulled = Replies()
+    engine.execute(pulled, decode_command(msgspec.msgpack.encode(
+        {"cmd": "PULLB", "queue": "q", "count": 4})), EPOCH_MS)  # fmt: skip
+    assert [job.priority for job in pulled.replies[0]["jobs"]] == [7, 7, 0, -2]
