@@ -131,3 +131,25 @@ async def test_queue_limits_tell_when_the_rate_limit_lets_the_next_job_start(
     await trio.sleep(0.3)
     limits = (await data(client, "GetQueueLimits", queue="q"))["limits"]  # type: ignore[index]
     assert limits["rateLimitTtl"] == 0.0
+
+
+async def test_a_pulls_group_options_and_the_stored_settings_both_hold(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    jobs = [await push(client, groupId="g") for _ in range(3)]
+    await client.call("SetGroupConcurrency", **Q, concurrency=5)  # stored, does not bind here
+    limited = {"limit": {"max": 1, "duration": 1000}}
+    reply = await client.call("PULLB", queue="q", count=3, group=limited)
+    assert [job["id"] for job in reply["jobs"]] == jobs[:1]  # the pull's own limit still holds
+    await client.call("SetGroupConcurrency", **Q, concurrency=1)
+    await trio.sleep(1)
+    reply = await client.call("PULLB", queue="q", count=3, group={"concurrency": 3})
+    assert reply["jobs"] == []  # the stored concurrency wins over the pull's key
+
+
+async def test_a_changed_priority_leaves_no_trace_of_the_old_one(client: FrameClient) -> None:
+    first = await push(client)
+    demoted = await push(client, priority=10)
+    await client.call("ChangePriority", id=demoted, priority=-5)
+    reply = await client.call("PULLB", queue="q", count=3)
+    assert [job["id"] for job in reply["jobs"]] == [first, demoted]
