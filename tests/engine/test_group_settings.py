@@ -153,3 +153,16 @@ async def test_a_changed_priority_leaves_no_trace_of_the_old_one(client: FrameCl
     await client.call("ChangePriority", id=demoted, priority=-5)
     reply = await client.call("PULLB", queue="q", count=3)
     assert [job["id"] for job in reply["jobs"]] == [first, demoted]
+
+
+async def test_a_rate_limited_group_with_room_left_may_start_now(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    for _ in range(2):
+        await push(client, groupId="g")
+    await client.call("SetGroupRateLimit", **Q, max=3, duration=1000)
+    assert await data(client, "GetGroupRateLimitTtl", **Q) == {"ttl": 0}  # no start yet
+    assert (await client.call("PULL", queue="q"))["job"] is not None
+    assert await data(client, "GetGroupRateLimitTtl", **Q) == {"ttl": 0}  # 1 of 3 started
+    await client.call("RemoveGroupRateLimit", **Q)
+    assert await data(client, "GetGroupRateLimitTtl", **Q) == {"ttl": 0}  # no limit at all
