@@ -50,7 +50,7 @@ async def test_an_empty_queue_with_a_setting_keeps_it_through_compact_memory(
         assert queue in await queues(client), command
         assert shown(await client.call(read, queue=queue, **read_fields), read) == value
     await client.call("Resume", queue="q0")  # the setting undone: nothing left to keep
-    await client.call("CompactMemory")
+    assert (await client.call("CompactMemory"))["ok"] is True
     assert "q0" not in await queues(client)
 
 
@@ -62,7 +62,7 @@ async def test_compact_memory_keeps_a_queue_with_a_parked_pull_or_jobs(
     grouped = [await push(client, groupId="g") for _ in range(3)]
     await client.call("PULL", queue="q")
     delayed = await push(client, "later", delay=60_000)
-    await client.call("CompactMemory")
+    assert (await client.call("CompactMemory"))["ok"] is True
     assert await queues(client) == ["later", "parked", "q"]
     job = await push(client, "parked")
     assert (await client.receive_for("p"))["job"]["id"] == job
@@ -84,5 +84,14 @@ async def test_a_removed_job_leaves_nothing_a_parked_pull_could_take(
     await trio.sleep(1)
     later = await push(client)
     assert (await client.receive_for("p"))["job"]["id"] == later
-    await client.call("CompactMemory")
+    assert (await client.call("CompactMemory"))["ok"] is True
     assert (await client.call("PULL", queue="q", timeout=1000))["job"] is None
+
+
+async def test_compact_memory_keeps_waiting_and_prioritized_jobs_alike(
+    client: FrameClient,
+) -> None:
+    waiting = await push(client)
+    prioritized = await push(client, priority=3)
+    assert (await client.call("CompactMemory"))["ok"] is True
+    assert await pull_ids(client) == [prioritized, waiting]
