@@ -49,6 +49,9 @@ async def test_an_empty_queue_with_a_setting_keeps_it_through_compact_memory(
         assert (await client.call("CompactMemory"))["ok"] is True
         assert queue in await queues(client), command
         assert shown(await client.call(read, queue=queue, **read_fields), read) == value
+        assert (await client.call("PUSH", queue=queue, data=1))["ok"] is True  # still usable
+        assert (await client.call("Count", queue=queue))["count"] == 1
+        await client.call("Drain", queue=queue)
     await client.call("Resume", queue="q0")  # the setting undone: nothing left to keep
     assert (await client.call("CompactMemory"))["ok"] is True
     assert "q0" not in await queues(client)
