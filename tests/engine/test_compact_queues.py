@@ -53,8 +53,9 @@ async def test_an_empty_queue_with_a_setting_keeps_it_through_compact_memory(
         assert (await client.call("Count", queue=queue))["count"] == 1
         await client.call("Drain", queue=queue)
     await client.call("Resume", queue="q0")  # the setting undone: nothing left to keep
+    await client.call("RemoveGroupConcurrency", queue="q5", groupId="g")
     assert (await client.call("CompactMemory"))["ok"] is True
-    assert "q0" not in await queues(client)
+    assert "q0" not in await queues(client) and "q5" not in await queues(client)
 
 
 async def test_compact_memory_keeps_a_queue_with_a_parked_pull_or_jobs(
