@@ -36,9 +36,12 @@ async def test_nothing_set_reads_as_unset_and_removing_it_reports_no_change(
 
 
 async def test_each_group_setting_is_removed_on_its_own(client: FrameClient) -> None:
-    await client.call("SetGroupConcurrency", **Q, concurrency=2)
-    await client.call("SetGroupRateLimit", **Q, max=3, duration=1000)
-    await client.call("PauseGroup", **Q)
+    for command, fields in (("SetGroupConcurrency", {"concurrency": 2}),
+                            ("SetGroupRateLimit", {"max": 3, "duration": 1000}),
+                            ("RateLimitGroup", {"duration": 1})):  # fmt: skip
+        reply = await client.call(command, **Q, **fields)
+        assert reply["ok"] is True and "error" not in reply
+    assert await data(client, "PauseGroup", **Q) == {"changed": True}
     assert await data(client, "RemoveGroupConcurrency", **Q) == {"removed": True}
     assert await data(client, "GetGroupConcurrency", **Q) == {"concurrency": None}
     assert await data(client, "GetGroupRateLimit", **Q) == {"limit": {"max": 3, "duration": 1000}}
