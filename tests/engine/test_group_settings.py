@@ -122,9 +122,17 @@ async def test_queue_limits_tell_when_the_rate_limit_lets_the_next_job_start(
     }  # fmt: skip
     await client.call("RateLimit", queue="q", limit=2)
     await client.call("SetConcurrency", queue="q", limit=5)
-    for _ in range(2):
+    limits = (await data(client, "GetQueueLimits", queue="q"))["limits"]  # type: ignore[index]
+    assert limits["rateLimitTtl"] == 0.0  # two starts in hand
+    for _ in range(3):
         await push(client)
-    await client.call("PULLB", queue="q", count=2)
+    await client.call("PULL", queue="q")
+    await trio.sleep(0.25)
+    limits = (await data(client, "GetQueueLimits", queue="q"))["limits"]  # type: ignore[index]
+    assert limits["rateLimitTtl"] == 0.0  # one and a half in hand
+    await client.call("PULLB", queue="q", count=1)
+    await trio.sleep(0.25)  # back to one in hand
+    await client.call("PULLB", queue="q", count=1)
     limits = (await data(client, "GetQueueLimits", queue="q"))["limits"]  # type: ignore[index]
     assert limits == {"rateLimit": 2, "rateLimitTtl": 500.0, "concurrencyLimit": 5,
                       "maxed": False}  # fmt: skip
