@@ -101,6 +101,22 @@ async def test_an_idle_actor_lends_one_batch_per_scheduler_turn_its_pass_inline(
     assert len(session.replies) == 4
 
 
+async def test_after_an_inline_pass_woke_the_actor_nothing_runs_inline_until_it_slept() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    session = RecordingSession(actor.outbox)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()  # parked, no timer: asleep for good
+        delayed = Batch(session, [command(cmd="PUSH", queue="q", data=1, delay=1000)])
+        assert actor.submit_inline(delayed) is True  # its timer is earlier: the actor is woken
+        actor._inline_spent = False  # as on the scheduler's next turn, before the actor ran
+        assert actor.submit_inline(push_batch(session)) is False  # its sleep is stale
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.submit_inline(push_batch(session)) is True  # re-armed: inline again
+        actor.inbox.close()
+    assert len(session.replies) == 2
+
+
 class SealedSink:
     """A ReplySink whose fields cannot be written from outside: `closed` is read only and
     there is no room for anything else (slots), as the engine must not write a transport's
