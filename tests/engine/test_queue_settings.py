@@ -78,3 +78,22 @@ async def test_a_rate_limit_starts_with_its_full_burst_and_again_after_a_restart
         client = await connect()
         limits = (await client.call("GetQueueLimits", queue="q"))["data"]["limits"]
         assert (limits["rateLimit"], limits["concurrencyLimit"]) == (None, None)
+
+
+async def test_a_pause_survives_a_restart_next_to_other_records(
+    store_factory: StoreFactory, autojump_clock: object
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        await client.call("Cron", name="c", queue="cq", data=1, repeatEvery=60_000)
+        await client.call("SetStallConfig", queue="stalls", config={"maxStalls": 9})
+    async with broker.running() as connect:
+        assert (await (await connect()).call("Pause", queue="q"))["ok"] is True
+    async with broker.running() as connect:
+        client = await connect()
+        reply = await client.call("IsPaused", queue="q")
+        assert reply["ok"] is True and reply["paused"] is True
+        reply = await client.call("GetStallConfig", queue="stalls")
+        assert reply["ok"] is True and reply["config"]["maxStalls"] == 9
+        assert len((await client.call("CronList"))["crons"]) == 1
