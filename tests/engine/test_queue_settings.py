@@ -33,7 +33,8 @@ async def test_a_lifted_queue_limit_serves_a_parked_pull_at_once(
     await push(client)
     assert await parked_pull_served_by(client, "ClearConcurrency") == 0
     await client.call("RateLimit", queue="q", limit=1)
-    await pull_ids(client)  # spends the one start of this second
+    await push(client)
+    assert len(await pull_ids(client)) == 1  # spends the one start of this second
     await push(client)
     assert await parked_pull_served_by(client, "RateLimitClear") == 0
 
