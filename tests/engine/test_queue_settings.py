@@ -98,3 +98,18 @@ async def test_a_pause_survives_a_restart_next_to_other_records(
         reply = await client.call("GetStallConfig", queue="stalls")
         assert reply["ok"] is True and reply["config"]["maxStalls"] == 9
         assert len((await client.call("CronList"))["crons"]) == 1
+
+
+async def test_a_queue_forgotten_with_its_settings_stays_forgotten_after_a_restart(
+    store_factory: StoreFactory,
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        await (await connect()).call("Pause", queue="gone")
+    async with broker.running() as connect:
+        client = await connect()
+        assert "gone" in (await client.call("ListQueues"))["queues"]
+        await client.call("Resume", queue="gone")
+        assert (await client.call("CompactMemory"))["ok"] is True  # nothing left: forgotten
+    async with broker.running() as connect:
+        assert "gone" not in (await (await connect()).call("ListQueues"))["queues"]
