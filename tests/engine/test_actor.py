@@ -158,6 +158,9 @@ async def test_a_closing_connection_gets_its_jobs_requeued_and_is_never_written_
         await trio.testing.wait_all_tasks_blocked()  # the actor took it (another connection's
         # batch may otherwise run inline first: nothing orders two connections)
         await actor.submit(Batch(other, [command(cmd="GetState", id=job_id)]))
+        await actor.submit(Batch(other, [command(cmd="GetJob", id=job_id)]))
         await trio.testing.wait_all_tasks_blocked()
         actor.inbox.close()
-    assert other.replies[-1]["state"] == "waiting"  # back in the queue, no attempt spent
+    assert other.replies[-2]["state"] == "waiting"  # back in the queue, no attempt spent
+    job = other.replies[-1]["job"]
+    assert job["attempts"] == 0 and job["lastHeartbeat"] >= job["createdAt"]  # when requeued
