@@ -91,7 +91,6 @@ class EngineActor:
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
         # Sessions with staged replies register here; their replies are sent after the commit.
         self.outbox: set[ReplySink] = set()
-        self.passes = 0
         self.on_pass: Any = None  # observes how many commands each pass ran (metrics)
         # The deadline the actor sleeps until while parked on an empty inbox; None when busy.
         self._armed_deadline: float | None = None
@@ -419,7 +418,6 @@ class EngineActor:
             engine.tick(now)
         if state.untidy or state.purges or state.graveyard.lots:  # `housekeeping_due`, inline
             state.housekeep()
-        self.passes += 1
         if self.on_pass is not None:
             self.on_pass(commands)
 

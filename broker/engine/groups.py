@@ -14,7 +14,6 @@ from typing import Any
 
 from protocol import groups as cmd
 
-from .deadlines import GROUP_WAKE
 from .model import ACTIVE
 from .queues import QueueState
 from .routing import Routes
@@ -126,10 +125,9 @@ class Groups:
     def rate_limit_group(
         self, session: ReplySink, command: cmd.RateLimitGroup, now: float
     ) -> Reply:
-        """RateLimitGroup: no start of the group for `duration` ms."""
+        """RateLimitGroup: no start of the group for `duration` ms. A pull the block holds back
+        schedules its own wake-up for when it ends (pulls.py, `_wake_when_group_frees`)."""
         self._set_group(command, "blockedUntil", now + command.duration)
-        queue = self.state.queue(command.queue)
-        self.state.wheel.schedule(now + command.duration, GROUP_WAKE, queue)  # then serve polls
         return {"ok": True}
 
     def pause_group(self, session: ReplySink, command: cmd.PauseGroup, now: float) -> Reply:

@@ -841,6 +841,9 @@ class EngineState:
             queue.compact()
             if queue.idle():
                 del self.queues[name]
+                # A queue whose settings were all undone may still have a stored record (of
+                # defaults): delete it too, or a restart would bring the forgotten queue back.
+                self.changed_settings.add(name)
         self.wheel.compact(self._timer_is_current)
         self.completed.compact()
         self.failed.compact()

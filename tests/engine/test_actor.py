@@ -62,7 +62,8 @@ async def test_batches_of_many_connections_in_one_scheduler_turn_share_one_pass(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)
         await trio.testing.wait_all_tasks_blocked()  # the actor is idle, parked on its inbox
-        passes_before = actor.passes
+        passes: list[int] = []
+        actor.on_pass = passes.append
         async with trio.open_nursery() as clients:
             for session in sessions:
                 batch = Batch(session, [command(cmd="PUSH", queue="q", data=1)])
@@ -70,7 +71,50 @@ async def test_batches_of_many_connections_in_one_scheduler_turn_share_one_pass(
         await trio.testing.wait_all_tasks_blocked()
         actor.inbox.close()
     assert all(len(session.replies) == 1 for session in sessions)
-    assert actor.passes - passes_before <= 2  # one inline, the other nine together
+    assert sum(passes) == 10 and len(passes) <= 2  # one inline, the other nine together
+
+
+def push_batch(session: RecordingSession) -> Batch:
+    return Batch(session, [command(cmd="PUSH", queue="q", data=1)])
+
+
+async def test_an_idle_actor_lends_one_batch_per_scheduler_turn_its_pass_inline() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    session = RecordingSession(actor.outbox)
+    # Sent before the actor runs, and one send cancelled: all three go through the inbox.
+    for _ in range(2):
+        await actor.submit(push_batch(session))
+    with trio.CancelScope() as cancelled:
+        cancelled.cancel()
+        await actor.submit(push_batch(session))
+    assert actor.submit_inline(push_batch(session)) is False  # not parked: not running yet
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()  # the inbox is drained, the actor parked
+        assert len(session.replies) == 2
+        assert actor.submit_inline(push_batch(session)) is True
+        assert len(session.replies) == 3  # run in this task, before it yields
+        assert actor.submit_inline(push_batch(session)) is False  # once per turn
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.submit_inline(push_batch(session)) is True  # the next turn: again
+        actor.inbox.close()
+    assert len(session.replies) == 4
+
+
+async def test_after_an_inline_pass_woke_the_actor_nothing_runs_inline_until_it_slept() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    session = RecordingSession(actor.outbox)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()  # parked, no timer: asleep for good
+        delayed = Batch(session, [command(cmd="PUSH", queue="q", data=1, delay=1000)])
+        assert actor.submit_inline(delayed) is True  # its timer is earlier: the actor is woken
+        actor._inline_spent = False  # as on the scheduler's next turn, before the actor ran
+        assert actor.submit_inline(push_batch(session)) is False  # its sleep is stale
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.submit_inline(push_batch(session)) is True  # re-armed: inline again
+        actor.inbox.close()
+    assert len(session.replies) == 2
 
 
 class SealedSink:
@@ -114,9 +158,12 @@ async def test_a_closing_connection_gets_its_jobs_requeued_and_is_never_written_
         await trio.testing.wait_all_tasks_blocked()  # the actor took it (another connection's
         # batch may otherwise run inline first: nothing orders two connections)
         await actor.submit(Batch(other, [command(cmd="GetState", id=job_id)]))
+        await actor.submit(Batch(other, [command(cmd="GetJob", id=job_id)]))
         await trio.testing.wait_all_tasks_blocked()
         actor.inbox.close()
-    assert other.replies[-1]["state"] == "waiting"  # back in the queue, no attempt spent
+    assert other.replies[-2]["state"] == "waiting"  # back in the queue, no attempt spent
+    job = other.replies[-1]["job"]
+    assert job["attempts"] == 0 and job["lastHeartbeat"] >= job["createdAt"]  # when requeued
 
 
 def test_an_engine_without_metrics_observers_settles_jobs() -> None:

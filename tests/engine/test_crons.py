@@ -134,3 +134,18 @@ async def test_spring_change_still_fires_a_daily_cron(nursery, autojump_clock) -
         "2026-03-29T03:00:00+02:00",
         "2026-03-30T02:30:00+02:00",
     ]
+
+
+async def test_a_deleted_cron_stays_deleted_after_a_restart(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        for name in ("kept", "dropped"):
+            await client.call("Cron", name=name, queue="cq", data=1, repeatEvery=10_000)
+    async with broker.running() as connect:
+        assert (await (await connect()).call("CronDelete", name="dropped"))["ok"] is True
+    async with broker.running() as connect:
+        crons = (await (await connect()).call("CronList"))["crons"]
+        assert [cron["name"] for cron in crons] == ["kept"]

@@ -75,3 +75,14 @@ async def test_drained_jobs_are_announced_as_removed(client: FrameClient, app: A
     job_id = await push(client)
     assert (await client.call("Drain", queue="q"))["count"] == 1
     assert drain(subscription) == [("job:removed", job_id)]
+
+
+async def test_an_event_carries_the_time_it_happened(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:*"], queue="q")
+    before = (await client.call("Ping"))["data"]["time"]
+    await client.call("PUSH", queue="q", data=1, delay=60_000)
+    after = (await client.call("Ping"))["data"]["time"]
+    message = subscription.receive.receive_nowait()
+    assert (message["event"], message["data"]["queue"]) == ("job:pushed", "q")
+    assert before - 1 <= message["ts"] <= after + 1  # Ping shows whole milliseconds

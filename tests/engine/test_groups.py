@@ -86,3 +86,22 @@ async def test_a_drained_group_has_room_again(client: FrameClient) -> None:
     assert (await client.call("Drain", queue="q"))["count"] == 1
     again = await client.call("PUSH", queue="q", data={}, groupId="g", groupMaxSize=1)
     assert again["ok"] is True
+
+
+async def test_a_grouped_job_counts_as_priority_zero_against_ungrouped_jobs(
+    client: FrameClient,
+) -> None:
+    low = await push(client, priority=-1)
+    grouped_late = await push(client, groupId="g", priority=9)
+    grouped_first = await push(client, groupId="g", priority=1)
+    high = await push(client, priority=1)
+    plain = await push(client)
+    ancient = await push(client, timestamp=-1_000_000)  # runs at a negative time: still after
+    newest = await push(client, lifo=True)
+    grouped_ancient = await push(client, groupId="g", priority=1, timestamp=-1_000_000)
+    grouped_newest = await push(client, groupId="g", priority=1, lifo=True)
+    # Priority 1 first; then priority 0: LIFO ahead of the rest, the ungrouped by run time,
+    # then the grouped ones by their group priority (LIFO first there too); then -1.
+    expected = [high, newest, ancient, plain, grouped_newest, grouped_ancient, grouped_first,
+                grouped_late, low]  # fmt: skip
+    assert await pull_ids(client) == expected

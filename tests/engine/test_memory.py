@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from broker.engine import model, queues
 from broker.engine.core import Engine
 from protocol import decode_command
 
@@ -70,3 +71,53 @@ def test_a_waiting_job_with_default_options_takes_under_600_bytes() -> None:
 def test_jobs_pushed_with_the_same_options_share_them() -> None:
     options = {"priority": 5, "attempts": 5, "backoff": 2000, "removeOnComplete": True}
     assert bytes_per_job(pushes(JOBS, **options)) < BOUND
+
+
+def test_the_caches_of_shared_names_and_options_stay_bounded() -> None:
+    # Each job of a client that names every job differently and gives each a priority of its
+    # own adds an entry to the caches that share names, option sets and heap keys: they must
+    # forget, not grow with the jobs, and ordering must not suffer from it.
+    jobs = max(model.MAX_INTERNED, model.MAX_SHARED, queues.MAX_PREFIXES) + 10
+    engine, sink = Engine(), Sink()
+    largest = [0, 0, 0]
+    for i in range(jobs):
+        push = {"cmd": "PUSH", "queue": "q", "name": f"n{i}", "data": 1, "priority": i}
+        engine.execute(sink, decode_command(msgspec.msgpack.encode(push)), EPOCH_MS)
+        sizes = (len(queues._prefixes), len(model._interned_options), len(model._names))
+        largest = [max(pair) for pair in zip(largest, sizes, strict=True)]
+    assert largest == [queues.MAX_PREFIXES, model.MAX_INTERNED, model.MAX_SHARED]
+    pulled = Replies()
+    engine.execute(pulled, decode_command(msgspec.msgpack.encode(
+        {"cmd": "PULLB", "queue": "q", "count": 3})), EPOCH_MS)  # fmt: skip
+    names = [job.name for job in pulled.replies[0]["jobs"]]
+    assert names == [f"n{jobs - 1}", f"n{jobs - 2}", f"n{jobs - 3}"]  # highest priority first
+
+
+class Replies(Sink):
+    """Keeps the replies."""
+
+    def __init__(self) -> None:
+        self.replies: list[Any] = []
+
+    def stage_reply(self, reply: Any, req_id: Any) -> None:
+        self.replies.append(reply)
+
+
+def test_jobs_with_the_same_priority_share_one_heap_key_from_the_first() -> None:
+    # The first job of a new priority meets an empty cache (as after a reset): it must get a
+    # heap key like any other, and the jobs after it must share that one key object.
+    queues._prefixes.clear()
+    queues._prefixes[queues.FIFO] = queues.FIFO
+    engine, sink = Engine(), Sink()
+    for priority in (7, 0, 7, -2):
+        push = {"cmd": "PUSH", "queue": "q", "data": 1, "priority": priority}
+        engine.execute(sink, decode_command(msgspec.msgpack.encode(push)), EPOCH_MS)
+    heap = engine.state.queues["q"].ready
+    keys = {entry[queues.JOB].priority: [] for entry in heap}
+    for entry in heap:
+        keys[entry[queues.JOB].priority].append(entry[0])
+    assert keys[7][0] is keys[7][1] and keys[0] == [queues.FIFO]
+    pulled = Replies()
+    engine.execute(pulled, decode_command(msgspec.msgpack.encode(
+        {"cmd": "PULLB", "queue": "q", "count": 4})), EPOCH_MS)  # fmt: skip
+    assert [job.priority for job in pulled.replies[0]["jobs"]] == [7, 7, 0, -2]

@@ -77,3 +77,30 @@ async def test_a_tiny_positive_interval_neither_stops_the_broker_nor_spins(
     await worker.call("ACK", id=first["id"])
     second = await pull_job(worker)
     assert second["runAt"] - first["runAt"] >= 1  # at most one occurrence a millisecond
+
+
+async def test_the_next_occurrence_keeps_the_jobs_options_but_not_its_ids(
+    client: FrameClient, autojump_clock
+) -> None:
+    options = {
+        "priority": 5, "maxAttempts": 7, "backoff": 2500, "tags": ["nightly"], "ttl": 99_000,
+        "timeout": 30_000, "groupId": "g", "removeOnComplete": True, "durable": True,
+        "stallTimeout": 4000, "stackTraceLimit": 3, "keepLogs": 5, "lifo": True,
+        "removeOnFail": True, "groupMaxSize": 9, "sizeLimit": 4096,
+    }  # fmt: skip
+    await push(client, name="report", data={"n": 1}, jobId="first", uniqueKey="u",
+               repeat={"every": 1000}, **options)  # fmt: skip
+    await trio.sleep(0.3)  # started late: the next occurrence still counts from the run time
+    first = await pull_job(client)
+    await client.call("ACK", id=first["id"])
+    second = await pull_job(client)
+    assert second["id"] != "first" and second["customId"] is None
+    assert second["uniqueKey"] is None
+    assert (second["name"], second["data"]) == ("report", {"n": 1})
+    assert second["repeat"]["count"] == 1 and second["repeat"]["every"] == 1000
+    assert second["repeat"]["prevMillis"] == first["runAt"]
+    for key in ("priority", "maxAttempts", "backoff", "tags", "ttl", "timeout", "groupId",
+                "removeOnComplete", "durable", "stallTimeout", "stackTraceLimit", "keepLogs",
+                "lifo", "removeOnFail", "groupMaxSize", "sizeLimit"):  # fmt: skip
+        assert (key, second[key]) == (key, first[key])
+    assert (second["priority"], second["tags"]) == (5, ["nightly"])

@@ -3,18 +3,24 @@ rules say."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
-from store import MemoryStore, open_sqlite
+from broker.engine.actor import LOAD_SLICE, Batch, EngineActor
+from broker.engine.core import Engine
+from broker.engine.crons import Cron
+from broker.engine.state import EngineState
+from store import JobRow, MemoryStore, Record, open_sqlite
 from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
+from tests.engine.test_actor import RecordingSession, command
 from tests.engine.test_push_pull import push, state_of
 
 
@@ -288,3 +294,92 @@ async def test_a_job_whose_ttl_ran_out_while_down_is_deleted_from_the_store(
     store = broker.open_store()
     assert [row.id for row in store.load()] == [kept]
     store.close()
+
+
+async def test_what_a_restart_changes_is_stored_before_the_first_command() -> None:
+    # PostgreSQL keeps each job's state as a column an operator can query: what the restart
+    # itself changed must be stored at once, not after some later command.
+    store = MemoryStore()
+    first = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    session = RecordingSession(first.outbox)
+    first.inbox.send_nowait(Batch(session, [
+        *(command(cmd="PUSH", queue="done", data=1, jobId=job_id) for job_id in ("a", "b")),
+        command(cmd="PULLB", queue="done", count=2),
+        *(command(cmd="ACK", id=job_id) for job_id in ("a", "b")),
+        command(cmd="PUSH", queue="q", data=1, durable=True),
+        command(cmd="PULL", queue="q", detach=False),  # held by its connection, no lease
+    ]))  # fmt: skip
+    first.inbox.close()
+    await first.run()
+    # An invalid stored DLQ setting, as an earlier trioq stored it, and a cron whose last run
+    # (in 2020) was missed while the broker was down.
+    body = msgspec.msgpack.encode({"dlqConfig": {"maxEntries": 0}})
+    over = Cron(
+        "over", "cq", b"1", "0 0 1 1 * 0 2020", None, 0, None, None, None, False, True,
+        EPOCH_MS - 1000,
+    )  # fmt: skip
+    store.commit([], [], sync=False, records=[Record("queue", "d", body), over.to_record()])
+    synced = store.synced_commits
+    assert sorted(row.state for row in store.rows.values()) == ["active", "completed", "completed"]
+
+    await EngineActor(Engine(EngineState(keep_completed=1)), Clock(EPOCH_MS), store).restore()
+    # The held job is waiting again (a durable job: committed synchronously), the completed
+    # job past the lower cap is gone, the invalid setting is corrected and the cron deleted.
+    assert sorted(row.state for row in store.rows.values()) == ["completed", "waiting"]
+    assert store.synced_commits == synced + 1
+    stored = msgspec.msgpack.decode(store.records[("queue", "d")].body)
+    assert stored["dlqConfig"] == {}
+    assert ("cron", "over") not in store.records
+
+
+async def test_an_actor_started_without_a_restore_restores_itself_first() -> None:
+    store, clock = MemoryStore(), Clock(EPOCH_MS)
+    first = EngineActor(Engine(), clock, store)
+    session = RecordingSession(first.outbox)
+    first.inbox.send_nowait(Batch(session, [command(cmd="PUSH", queue="q", data=1, jobId="a")]))
+    first.inbox.close()
+    await first.run()
+    second = EngineActor(Engine(), clock, store)
+    second.inbox.send_nowait(Batch(session, [command(cmd="PULL", queue="q")]))
+    second.inbox.close()
+    await second.run()  # no `restore` called: an engine that did not restore would be empty
+    assert session.replies[-1]["job"]["id"] == "a"
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts the job rows a start-up has read so far."""
+
+    read = 0
+
+    def scan_jobs(self) -> Iterator[JobRow]:
+        """The stored rows, counted as they are read."""
+        for row in super().scan_jobs():
+            self.read += 1
+            yield row
+
+
+async def test_a_long_start_up_lets_other_tasks_run_while_it_reads_the_rows() -> None:
+    # The HTTP port is open meanwhile and must answer `/ready` with 503, not hang.
+    store = CountingStore()
+    first = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    jobs = [{"data": n} for n in range(LOAD_SLICE + 1)]
+    session = RecordingSession(first.outbox)
+    first.inbox.send_nowait(Batch(session, [command(cmd="PUSHB", queue="q", jobs=jobs)]))
+    first.inbox.close()
+    await first.run()
+    restoring = trio.lowlevel.current_task()
+    yields_at: list[int] = []  # how many rows were read each time the start-up let others run
+
+    class Yields(trio.abc.Instrument):
+        def after_task_step(self, task: trio.lowlevel.Task) -> None:
+            if task is restoring:
+                yields_at.append(store.read)
+
+    store.read = 0
+    instrument = Yields()
+    trio.lowlevel.add_instrument(instrument)
+    try:
+        await EngineActor(Engine(), Clock(EPOCH_MS), store).restore()
+    finally:
+        trio.lowlevel.remove_instrument(instrument)
+    assert LOAD_SLICE in yields_at, yields_at  # mid-scan, not only once every row was read

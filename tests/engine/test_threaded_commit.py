@@ -14,10 +14,11 @@ import trio.testing
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
-from broker.engine.actor import Batch, EngineActor
+from broker.engine.actor import Batch, EngineActor, Wake
 from broker.engine.core import Engine
 from store import LeaseLost
 from tests.conftest import EPOCH_MS, memory_connector
+from tests.engine.test_actor import RecordingSession
 from tests.engine.test_guarantees import (
     FencedStore,
     FlakyStore,
@@ -137,7 +138,9 @@ class ThreadedFlakyStore(FlakyStore):
                 self.retried.set()
 
 
-async def test_a_threaded_commit_withholds_replies_through_an_outage(autojump_clock) -> None:
+async def test_a_threaded_commit_withholds_replies_through_an_outage(
+    autojump_clock, caplog: pytest.LogCaptureFixture
+) -> None:
     # Progress is counted in attempts, not in seconds: the mock clock jumps while a worker
     # thread runs (every task then waits), so a window of virtual time says nothing here.
     store = ThreadedFlakyStore()
@@ -166,3 +169,92 @@ async def test_a_threaded_commit_withholds_replies_through_an_outage(autojump_cl
         assert received == [("held", True, False), ("behind", True, False)]
         assert len(store.rows) == 3
         app.shutdown()
+    # The operator hears of the outage once, with its cause, not once per attempt.
+    outage_logs = [r.getMessage() for r in caplog.records if "cannot commit" in r.getMessage()]
+    assert len(outage_logs) == 1 and outage_logs[0].endswith(": connection refused")
+
+
+async def test_a_threaded_pass_publishes_its_events_only_after_its_commit() -> None:
+    log: list[str] = []
+    store = GatedStore(log)
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    subscription = actor.bus.subscribe(["job:*"])
+    session = Session(actor.outbox, log)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()
+        await actor.submit(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
+        await trio.to_thread.run_sync(store.entered.wait)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(trio.WouldBlock):  # not stored yet: nobody hears of the job
+            subscription.receive.receive_nowait()
+        store.gate.set()
+        actor.inbox.close()
+    event = subscription.receive.receive_nowait()
+    assert event["data"]["queue"] == "q" and event["data"]["jobId"] in store.rows
+    assert log == ["commit", "reply"]
+
+
+@pytest.mark.parametrize("threaded", [False, True], ids=["on the loop", "threaded"])
+async def test_a_pass_takes_at_most_32_waiting_batches_and_stores_each_pass_once(
+    threaded: bool,
+) -> None:
+    log: list[str] = []
+    store = RecordingStore(log)
+    store.commit_in_thread = threaded  # type: ignore[attr-defined]
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    passes: list[int] = []
+    actor.on_pass = passes.append
+    session = Session(actor.outbox, log)
+    for data in range(40):  # waiting before the actor runs: taken without yielding
+        actor.inbox.send_nowait(Batch(session, [command(cmd="PUSH", queue="q", data=data)]))
+    actor.inbox.close()
+    await actor.run()
+    assert passes == [32, 8]
+    assert log == ["commit", "reply", "commit", "reply"]
+    assert len(store.rows) == 40
+
+
+async def run_threaded(store: RecordingStore, *commands: Any) -> None:
+    """Run each command in a pass of its own on an actor committing on a worker thread."""
+    store.commit_in_thread = True  # type: ignore[attr-defined]
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    session = Session(actor.outbox, [])
+    for one in commands:
+        actor.inbox.send_nowait(Batch(session, [one]))
+    actor.inbox.close()
+    await actor.run()
+
+
+async def test_settings_and_record_deletions_are_stored_by_a_threaded_commit() -> None:
+    store = RecordingStore([])
+    cron = command(cmd="Cron", name="c", queue="cq", data=1, repeatEvery=10_000)
+    await run_threaded(store, command(cmd="Pause", queue="q"), cron)
+    assert ("cron", "c") in store.records
+    await run_threaded(store, command(cmd="CronDelete", name="c"))
+    assert ("cron", "c") not in store.records
+    # A broker started on the same store finds the queue paused.
+    store.commit_in_thread = False  # type: ignore[attr-defined]  # (replies recorded at once)
+    restarted = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    asking = RecordingSession(restarted.outbox)
+    restarted.inbox.send_nowait(Batch(asking, [command(cmd="IsPaused", queue="q")]))
+    restarted.inbox.close()
+    await restarted.run()
+    assert asking.replies == [{"ok": True, "paused": True}]
+
+
+async def test_a_commit_returning_while_the_inbox_is_full_or_closed_is_no_error() -> None:
+    # The worker thread's result is delivered on the loop while the actor is parked; at that
+    # moment the inbox may have filled up behind the item that woke it, or been closed by a
+    # shutdown. The wake-up is then not needed, and must not crash the broker.
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), GatedStore([]))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()  # parked on its empty inbox
+        actor.inbox.send_nowait(Wake())  # handed to the parked actor, which has not run yet
+        with pytest.raises(trio.WouldBlock):
+            while True:
+                actor.inbox.send_nowait(Wake())
+        actor._wake_if_parked()  # the inbox is full
+        actor.inbox.close()
+        actor._wake_if_parked()  # the inbox is closed

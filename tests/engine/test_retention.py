@@ -1,0 +1,127 @@
+"""Finished jobs are kept up to a count and an age (keep_completed, keep_completed_s and their
+failed twins): the oldest go first, exactly when they reach the age, and a job that ran again
+is judged by its latest finish, not by the one before."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from tests.conftest import EPOCH_MS, memory_connector
+from tests.engine.test_push_pull import push, state_of
+from tests.support.client import FrameClient
+
+
+@pytest.fixture
+async def keeping(nursery: trio.Nursery) -> AsyncIterator[FrameClient]:
+    """A broker keeping 2 completed jobs for 10 s, and 2 failed ones for 20 s."""
+    config = Config(port=0, http_port=0, memory=True, keep_completed=2, keep_completed_s=10,
+                    keep_failed=2, keep_failed_s=20)  # fmt: skip
+    app = App(config, clock=Clock(EPOCH_MS))
+    await nursery.start(app.run)
+    yield await memory_connector(app, nursery)()
+    app.shutdown()
+
+
+async def run(client: FrameClient, job_id: str, *, ok: bool = True) -> None:
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+    if ok:
+        await client.call("ACK", id=job_id)
+    else:
+        await client.call("FAIL", id=job_id, error="boom")
+
+
+async def states(client: FrameClient, *job_ids: str) -> list[str]:
+    return [await state_of(client, job_id) for job_id in job_ids]
+
+
+async def test_a_finished_job_is_forgotten_exactly_at_its_age(
+    keeping: FrameClient, autojump_clock: object
+) -> None:
+    first, second = await push(keeping), await push(keeping)
+    await run(keeping, first)
+    await trio.sleep(4)
+    await run(keeping, second)
+    await trio.sleep(5.999)
+    assert await states(keeping, first, second) == ["completed", "completed"]
+    await trio.sleep(0.001)  # the first is 10 s old
+    assert await states(keeping, first, second) == ["unknown", "completed"]
+    await trio.sleep(3.999)
+    assert await state_of(keeping, second) == "completed"
+    await trio.sleep(0.001)
+    assert await state_of(keeping, second) == "unknown"
+
+
+async def test_past_the_count_the_oldest_finished_job_goes_first(keeping: FrameClient) -> None:
+    jobs = [await push(keeping) for _ in range(3)]
+    for job_id in jobs[:2]:
+        await run(keeping, job_id)
+    assert await states(keeping, *jobs[:2]) == ["completed", "completed"]
+    await run(keeping, jobs[2])
+    assert await states(keeping, *jobs) == ["unknown", "completed", "completed"]
+
+
+async def test_a_job_finished_again_counts_from_its_latest_finish(
+    keeping: FrameClient, autojump_clock: object
+) -> None:
+    again, other = await push(keeping), await push(keeping)
+    await run(keeping, again)
+    await trio.sleep(1)
+    await run(keeping, other)
+    await trio.sleep(5)
+    assert (await keeping.call("RetryCompleted", queue="q", id=again))["count"] == 1
+    await run(keeping, again)  # finished again at 6 s: its first finish no longer counts
+    await trio.sleep(4)
+    assert await states(keeping, again, other) == ["completed", "completed"]
+    third = await push(keeping)
+    await run(keeping, third)  # three: the oldest *finish* goes, which is `other`'s
+    assert await states(keeping, again, other, third) == ["completed", "unknown", "completed"]
+    await trio.sleep(6)
+    assert await states(keeping, again, third) == ["unknown", "completed"]
+
+
+async def test_failed_jobs_have_their_own_count_and_age(
+    keeping: FrameClient, autojump_clock: object
+) -> None:
+    done = await push(keeping)
+    failed = [await push(keeping, maxAttempts=1) for _ in range(3)]
+    await run(keeping, done)
+    for job_id in failed:
+        await run(keeping, job_id, ok=False)
+    assert await states(keeping, done, *failed) == ["completed", "unknown", "failed", "failed"]
+    await trio.sleep(10)
+    assert await states(keeping, done, *failed[1:]) == ["unknown", "failed", "failed"]
+    await trio.sleep(10)
+    assert await states(keeping, *failed[1:]) == ["unknown", "unknown"]
+
+
+async def test_a_shorter_dead_letter_age_forgets_at_the_new_time(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    await client.call("SetDlqConfig", queue="q", config={"maxAge": 10_000})
+    job_id = await push(client, maxAttempts=1)
+    await run(client, job_id, ok=False)
+    await trio.sleep(1)
+    await client.call("SetDlqConfig", queue="q", config={"maxAge": 4_000})
+    await trio.sleep(2.999)
+    assert await state_of(client, job_id) == "failed"
+    await trio.sleep(0.001)  # 4 s after it failed, not the 10 s of the first setting
+    assert await state_of(client, job_id) == "unknown"
+
+
+async def test_a_dead_letter_age_set_later_counts_from_the_failure(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    job_id = await push(client, maxAttempts=1)
+    await run(client, job_id, ok=False)
+    await trio.sleep(5)
+    await client.call("SetDlqConfig", queue="q", config={"maxAge": 10_000})
+    await trio.sleep(4.999)
+    assert await state_of(client, job_id) == "failed"
+    await trio.sleep(0.001)  # 10 s after it failed, not 10 s after the setting
+    assert await state_of(client, job_id) == "unknown"
