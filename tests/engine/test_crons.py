@@ -206,29 +206,38 @@ async def test_a_cron_with_its_own_unique_key_does_not_overlap(
 async def test_crons_deleted_or_ended_stay_gone_after_a_restart(
     store_factory: StoreFactory, autojump_clock
 ) -> None:
-    broker = Broker(store_factory)
+    broker = Broker(store_factory)  # starts at 08:00 UTC
+    hour = 3_600_000
     async with broker.running() as connect:
         client = await connect()
         await client.call("Pause", queue="other")  # a stored record of another kind first
-        day = 86_400_000
-        await client.call("Cron", name="kept", queue="cq", data=1, repeatEvery=day)
-        await client.call("Cron", name="deleted", queue="cq", data=1, repeatEvery=day)
+        await client.call(
+            "Cron", name="done-while-down", queue="dq", data=1, schedule="0 12 15 1 * 0 2027"
+        )  # fmt: skip
+        await client.call("Cron", name="kept", queue="cq", data=1, repeatEvery=24 * hour)
+        await client.call("Cron", name="deleted", queue="cq", data=1, repeatEvery=hour)
         await client.call("CronDelete", name="deleted")
         await client.call(
-            "Cron", name="limited", queue="lq", data=1, repeatEvery=1000, maxLimit=1,
+            "Cron", name="limited", queue="lq", data=1, repeatEvery=hour, maxLimit=1,
             preventOverlap=False,
         )  # fmt: skip
         await client.call(
             "Cron", name="ending", queue="eq", data=1, schedule="0 9 15 1 * 0 2027",
-            skipMissedOnRestart=False,
+            skipMissedOnRestart=False, preventOverlap=False,
         )  # fmt: skip
-        await trio.sleep(2 * 3600)  # `limited` and `ending` have run their course
+        await trio.sleep(2.5 * 3600)  # `limited` and `ending` have run their course
         assert [await count(client, q) for q in ("lq", "eq")] == [1, 1]
+    await trio.sleep(2 * 3600)  # `done-while-down` missed its only run
     async with broker.running() as connect:
         client = await connect()
         await trio.sleep(1)
         assert [cron["name"] for cron in (await client.call("CronList"))["crons"]] == ["kept"]
-        assert [await count(client, q) for q in ("lq", "eq")] == [1, 1]
+        assert [await count(client, q) for q in ("lq", "eq", "dq")] == [1, 1, 0]
+    store = store_factory()
+    try:
+        assert [r.key for r in store.load_records() if r.kind == "cron"] == ["kept"]
+    finally:
+        store.close()
 
 
 async def test_without_skip_missed_a_missed_run_fires_once_at_restart(
