@@ -10,6 +10,7 @@ import trio
 
 from broker.engine.admin import rss_mib
 from broker.engine.core import Engine
+from broker.engine.telemetry import MAX_DATA_POINTS
 from protocol.admin import Prometheus
 from tests.conftest import StoreFactory
 from tests.engine.test_push_pull import push, state_of
@@ -200,3 +201,16 @@ async def test_obliterate_and_clean_are_stored(store_factory: StoreFactory) -> N
         client = await connect()
         assert [await state_of(client, i) for i in (gone, cleaned)] == ["unknown", "unknown"]
         assert (await client.call("IsPaused", queue="gone"))["paused"] is False
+
+
+async def test_queue_metrics_keep_two_weeks_of_minutes(client: FrameClient, autojump_clock) -> None:
+    await settle(client, await push(client), "ACK")
+    await trio.sleep((MAX_DATA_POINTS - 1) * 60)  # the first minute is the oldest one kept
+    await settle(client, await push(client), "ACK")
+    view = (await client.call("Metrics", queue="q", type="completed"))["data"]
+    assert view["count"] == MAX_DATA_POINTS
+    assert (view["data"][0], view["data"][-1], sum(view["data"])) == (1, 1, 2)
+    await trio.sleep(60)  # now it is one minute too old
+    await settle(client, await push(client), "ACK")
+    view = (await client.call("Metrics", queue="q", type="completed"))["data"]
+    assert (view["data"], view["meta"]["count"]) == ([1, 1], 3)  # the first minute is gone

@@ -26,6 +26,7 @@ async def test_overview_shows_totals_workers_and_crons(client: FrameClient, auto
     await client.call("RegisterWorker", name="quiet")
     await trio.sleep(31)
     await client.call("RegisterWorker", name="busy")
+    await client.call("RegisterWorker", name="busy too")
     await client.call("Cron", name="c", queue="cq", data=1, repeatEvery=3_600_000)
     now = (await client.call("Ping"))["data"]["time"]
     reply = await client.call("DashboardOverview")
@@ -38,8 +39,8 @@ async def test_overview_shows_totals_workers_and_crons(client: FrameClient, auto
     }  # fmt: skip
     assert data["memory"]["rss"] > 0
     workers = data["workers"]
-    assert (workers["total"], workers["active"]) == (2, 1)
-    assert [worker["id"] for worker in workers["list"]] == ["quiet", "busy"]
+    assert (workers["total"], workers["active"]) == (3, 2)
+    assert [worker["id"] for worker in workers["list"]] == ["quiet", "busy", "busy too"]
     assert [cron["name"] for cron in data["crons"]] == ["c"]
     assert data["timestamp"] == now
 
@@ -67,9 +68,11 @@ async def test_queues_lists_every_queue_by_name(client: FrameClient, autojump_cl
 
 
 async def test_queue_view_previews_the_oldest_failures(client: FrameClient, autojump_clock) -> None:
-    failed = []
-    for n in range(12):
-        failed.append(await fail_now(client, "q", data={"n": n}))
+    pushed = [await push(client, maxAttempts=1, data={"n": n}) for n in range(12)]
+    await client.call("PULLB", queue="q", count=12)
+    failed = pushed[::-1]  # failed newest first: the preview's order is not the ids' order
+    for job_id in failed:
+        await client.call("FAIL", id=job_id, error="boom")
         await trio.sleep(1)
     await push(client, priority=3)
     await client.call("Pause", queue="q")
@@ -82,7 +85,7 @@ async def test_queue_view_previews_the_oldest_failures(client: FrameClient, auto
     assert data["priorityCounts"] == {"3": 1}
     preview = data["dlqPreview"]
     assert [entry["id"] for entry in preview] == failed[:10]
-    assert preview[0]["data"] == {"n": 0}
+    assert preview[0]["data"] == {"n": 11}
     assert preview[0]["attempts"] == 1
     job = (await client.call("GetJob", id=failed[0]))["job"]
     assert preview[0]["createdAt"] == job["createdAt"]
