@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from broker.engine.webhooks import Delivered, Webhook, WebhookRegistry
 from protocol.webhooks import AddWebhook, ListWebhooks
+from tests.conftest import StoreFactory
+from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient
 
 
@@ -61,3 +63,19 @@ def test_deliveries_are_counted_per_outcome() -> None:
     (summary,) = listed["webhooks"]
     assert (summary["successCount"], summary["failureCount"]) == (2, 3)
     assert summary["lastTriggered"] == 14.0
+
+
+async def test_a_removed_webhook_stays_removed_after_a_restart(
+    store_factory: StoreFactory,
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        kept = await client.call("AddWebhook", url="https://example.com/kept", events=["*"])
+        gone = await client.call("AddWebhook", url="https://example.com/gone", events=["*"])
+        reply = await client.call("RemoveWebhook", webhookId=gone["data"]["webhookId"])
+        assert (reply["ok"], reply["data"]) == (True, {"removed": True})
+    async with broker.running() as connect:
+        client = await connect()
+        listed = (await client.call("ListWebhooks"))["data"]["webhooks"]
+        assert [hook["id"] for hook in listed] == [kept["data"]["webhookId"]]
