@@ -286,3 +286,19 @@ async def test_remove_dlq_job_removes_only_a_failed_job_of_that_queue(
         assert (reply["ok"], reply["data"]) == (True, {"removed": False})
     assert [await state_of(client, i) for i in (failed, waiting)] == ["failed", "waiting"]
     assert (await client.call("RemoveDlqJob", queue="q", jobId=failed))["data"]["removed"]
+
+
+async def test_auto_retry_runs_before_the_ttl_and_not_from_the_ttl_on(
+    client: FrameClient, autojump_clock
+) -> None:
+    reply = await client.call(
+        "SetDlqConfig", queue="q", config={"autoRetry": True, "autoRetryInterval": 10_000}
+    )
+    assert reply["ok"] is True
+    assert (await client.call("GetDlqConfig", queue="q"))["ok"] is True
+    in_time = await fail_with(client, "boom", maxAttempts=1, ttl=60_000)
+    at_ttl = await fail_with(client, "boom", maxAttempts=1, ttl=10_000)  # due as it expires
+    await trio.sleep(10)
+    assert await state_of(client, in_time) == "waiting"
+    job = (await client.call("GetJob", id=at_ttl))["job"]
+    assert (job["state"], job["failedReason"]) == ("failed", "boom")  # left as it failed
