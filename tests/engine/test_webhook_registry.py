@@ -41,14 +41,23 @@ async def test_list_webhooks_shows_each_field_but_the_secret(client: FrameClient
         secret="s3cret",
     )  # fmt: skip
     data = added["data"]
+    assert added["ok"] is True
+    assert data == {
+        "webhookId": data["webhookId"], "url": "https://example.com/h",
+        "events": ["job.completed"], "queue": "q", "createdAt": data["createdAt"],
+    }  # fmt: skip
+    off = await client.call("AddWebhook", url="https://example.com/off", events=["*"])
+    await client.call("SetWebhookEnabled", id=off["data"]["webhookId"], enabled=False)
     listed = (await client.call("ListWebhooks"))["data"]
+    assert listed["webhooks"][1]["enabled"] is False
+    del listed["webhooks"][1]
     assert listed == {
         "webhooks": [{
             "id": data["webhookId"], "url": "https://example.com/h", "events": ["job.completed"],
             "queue": "q", "createdAt": data["createdAt"], "enabled": True, "lastTriggered": None,
             "successCount": 0, "failureCount": 0,
         }],
-        "stats": {"total": 1, "enabled": 1},
+        "stats": {"total": 2, "enabled": 1},
     }  # fmt: skip
 
 
