@@ -302,3 +302,14 @@ async def test_auto_retry_runs_before_the_ttl_and_not_from_the_ttl_on(
     assert await state_of(client, in_time) == "waiting"
     job = (await client.call("GetJob", id=at_ttl))["job"]
     assert (job["state"], job["failedReason"]) == ("failed", "boom")  # left as it failed
+
+
+async def test_both_caps_set_at_once_apply_to_the_failures_already_there(
+    client: FrameClient, autojump_clock
+) -> None:
+    ids = [await fail_with(client, "boom", maxAttempts=1) for _ in range(3)]
+    config = {"maxEntries": 2, "maxAge": 60_000}
+    assert (await client.call("SetDlqConfig", queue="q", config=config))["ok"] is True
+    assert await dlq_ids(client) == ids[1:]  # the oldest went; the others are not too old
+    await trio.sleep(61)
+    assert await dlq_ids(client) == []

@@ -48,7 +48,9 @@ async def test_list_webhooks_shows_each_field_but_the_secret(client: FrameClient
     }  # fmt: skip
     off = await client.call("AddWebhook", url="https://example.com/off", events=["*"])
     await client.call("SetWebhookEnabled", id=off["data"]["webhookId"], enabled=False)
-    listed = (await client.call("ListWebhooks"))["data"]
+    reply = await client.call("ListWebhooks")
+    listed = reply["data"]
+    assert reply["ok"] is True
     assert listed["webhooks"][1]["enabled"] is False
     del listed["webhooks"][1]
     assert listed == {
