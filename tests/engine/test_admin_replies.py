@@ -210,6 +210,7 @@ async def test_queue_metrics_keep_two_weeks_of_minutes(client: FrameClient, auto
     view = (await client.call("Metrics", queue="q", type="completed"))["data"]
     assert view["count"] == MAX_DATA_POINTS
     assert (view["data"][0], view["data"][-1], sum(view["data"])) == (1, 1, 2)
+    assert view["meta"]["prevTS"] == (await client.call("Ping"))["data"]["time"]
     await trio.sleep(60)  # now it is one minute too old
     await settle(client, await push(client), "ACK")
     view = (await client.call("Metrics", queue="q", type="completed"))["data"]

@@ -313,3 +313,10 @@ async def test_both_caps_set_at_once_apply_to_the_failures_already_there(
     assert await dlq_ids(client) == ids[1:]  # the oldest went; the others are not too old
     await trio.sleep(61)
     assert await dlq_ids(client) == []
+
+
+async def test_dlq_lists_only_the_failed_jobs(client: FrameClient) -> None:
+    failed = await fail_with(client, "boom", maxAttempts=1)
+    await push(client)
+    reply = await client.call("Dlq", queue="q")
+    assert (reply["ok"], [job["id"] for job in reply["jobs"]]) == (True, [failed])
