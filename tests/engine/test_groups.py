@@ -79,3 +79,15 @@ async def test_group_option_validation(client: FrameClient) -> None:
     assert bad["error"] == "group.concurrency must be at least 1"
     bad = await client.call("PULL", queue="q", group={"limit": {"max": 1, "duration": 0}})
     assert bad["error"] == "group.limit.duration must be greater than 0"
+
+
+async def test_a_push_that_names_a_job_already_there_takes_no_group_room(
+    client: FrameClient,
+) -> None:
+    first = await client.call("PUSH", queue="q", data={}, jobId="a", groupId="g", groupMaxSize=1)
+    again = await client.call("PUSH", queue="q", data={}, jobId="a", groupId="g", groupMaxSize=1)
+    assert again["id"] == first["id"]
+    batch = await client.call(
+        "PUSHB", queue="q", jobs=[{"data": {}, "customId": "a", "groupId": "g", "groupMaxSize": 1}]
+    )  # fmt: skip
+    assert batch["ok"] is True, batch
