@@ -315,8 +315,14 @@ async def test_both_caps_set_at_once_apply_to_the_failures_already_there(
     assert await dlq_ids(client) == []
 
 
-async def test_dlq_lists_only_the_failed_jobs(client: FrameClient) -> None:
-    failed = await fail_with(client, "boom", maxAttempts=1)
+async def test_dlq_lists_only_the_failed_jobs_oldest_failure_first(
+    client: FrameClient, autojump_clock
+) -> None:
+    first, second = [await push(client, maxAttempts=1) for _ in range(2)]
+    await client.call("PULLB", queue="q", count=2)
+    await client.call("FAIL", id=second, error="boom")
+    await trio.sleep(1)
+    await client.call("FAIL", id=first, error="boom")
     await push(client)
     reply = await client.call("Dlq", queue="q")
-    assert (reply["ok"], [job["id"] for job in reply["jobs"]]) == (True, [failed])
+    assert (reply["ok"], [job["id"] for job in reply["jobs"]]) == (True, [second, first])
