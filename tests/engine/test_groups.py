@@ -91,3 +91,15 @@ async def test_a_push_that_names_a_job_already_there_takes_no_group_room(
         "PUSHB", queue="q", jobs=[{"data": {}, "customId": "a", "groupId": "g", "groupMaxSize": 1}]
     )  # fmt: skip
     assert batch["ok"] is True, batch
+
+
+async def test_a_batch_counts_its_own_jobs_against_the_group_cap(client: FrameClient) -> None:
+    def item(**fields: object) -> dict[str, object]:
+        return {"data": {}, "groupId": "g", "groupMaxSize": 3, **fields}
+
+    jobs = [{"data": {}}, item(), item(), item(), item()]  # the first has no group
+    reply = await client.call("PUSHB", queue="q", jobs=jobs)
+    assert reply["error"] == "jobs[4]: Group g is full (groupMaxSize 3)"
+    assert (await client.call("PUSHB", queue="q", jobs=jobs[:4]))["ok"] is True
+    named = await client.call("PUSH", queue="q", data={}, jobId="new", groupId="g", groupMaxSize=3)
+    assert named["error"] == "Group g is full (groupMaxSize 3)"  # a new id takes room
