@@ -141,14 +141,14 @@ class Engine:
 
     def _fire_due(self, now: float) -> None:
         """Apply the due timers; handle those that are the engine's (polls, WaitJob, crons)."""
-        for kind, target, token in fire_timers(self.state, now):
+        for kind, target, _token in fire_timers(self.state, now):
             try:
                 if kind == WAIT_JOB:
                     self.lifecycle.wait_timed_out(target)
                 elif kind == GROUP_WAKE:
                     self.state.dirty_queues.add(target)
                 elif kind == CRON:
-                    self.crons.fire(target, token, now)
+                    self.crons.fire(target, now)
                 else:
                     self.pulls.poll_timed_out(target)
             except Exception:

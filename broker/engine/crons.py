@@ -53,7 +53,6 @@ class Cron:
     skip_missed_on_restart: bool
     next_run: float
     executions: int = 0
-    generation: int = 0  # which timer is current (transient)
 
     def following(self, after: float, now: float) -> float:
         """The fire time after `after` (a fire at `after` just happened, or is missed)."""
@@ -77,8 +76,7 @@ class Cron:
 
     def to_record(self) -> Record:
         """The stored form."""
-        body = attrs.asdict(self, filter=lambda a, _: a.name != "generation")
-        return Record(CRON, self.name, _encode(body))
+        return Record(CRON, self.name, _encode(attrs.asdict(self)))
 
 
 def _overlap_key(cron: Cron) -> str | None:
@@ -130,7 +128,7 @@ class CronScheduler:
             command.name, command.queue, command.data, command.schedule,  # type: ignore[arg-type]
             command.repeatEvery, command.priority, command.maxLimit, command.timezone,
             command.uniqueKey, command.preventOverlap, command.skipMissedOnRestart, now,
-            old.executions if old else 0, (old.generation + 1) if old else 0,
+            old.executions if old else 0,
         )  # fmt: skip
         if not (command.immediately and old is None):
             cron.next_run = cron.following(now, now)
@@ -177,14 +175,17 @@ class CronScheduler:
             self.changed_crons.add(name)
 
     def _arm_cron(self, cron: Cron) -> None:
-        cron.generation += 1
+        """Make `cron` the current one of its name and schedule its next fire. Each arming is
+        a new Cron object or follows the fire of its only timer, so a timer is current exactly
+        when its cron is still the one registered under its name (see `fire`)."""
         self.crons[cron.name] = cron
         self._cron_changed(cron.name)
-        self.state.wheel.schedule(cron.next_run, CRON, cron, cron.generation)
+        self.state.wheel.schedule(cron.next_run, CRON, cron)
 
-    def fire(self, cron: Cron, generation: int, now: float) -> None:
-        """A cron's time came: push its job (unless the last one still runs), move on."""
-        if self.crons.get(cron.name) is not cron or cron.generation != generation:
+    def fire(self, cron: Cron, now: float) -> None:
+        """A cron's time came: push its job (unless the last one still runs), move on. A timer
+        of a cron replaced by an upsert or deleted since is ignored."""
+        if self.crons.get(cron.name) is not cron:
             return
         if cron.max_limit is not None and cron.executions >= cron.max_limit:
             del self.crons[cron.name]

@@ -101,9 +101,6 @@ class Graveyard:
         # Read by EngineState.housekeeping_due on every pass (a plain list: no Python call).
         self.lots: list[list[Any]] = []
 
-    def __bool__(self) -> bool:
-        return bool(self.lots)
-
     def bury(self, objects: list[Any]) -> None:
         """Hold `objects` (the caller gives the list up) until dropped in slices."""
         if objects:

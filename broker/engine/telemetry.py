@@ -63,7 +63,7 @@ class MinuteCounts:
         stop = count if end == -1 else min(count, end + 1)
         return {
             "meta": {"count": self.total, "prevTS": self.prev_ts, "prevCount": self.prev_count},
-            "data": data[start:stop] if start < stop else [],
+            "data": data[start:stop],  # empty when start >= stop
             "count": count,
         }
 

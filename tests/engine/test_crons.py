@@ -136,6 +136,144 @@ async def test_spring_change_still_fires_a_daily_cron(nursery, autojump_clock) -
     ]
 
 
+async def test_a_bad_timezone_is_refused_for_both_kinds_of_cron(client: FrameClient) -> None:
+    for timing in ({"schedule": "0 * * * *"}, {"repeatEvery": 1000}):
+        bad = await client.call(
+            "Cron", name="x", queue="cq", data=1, timezone="Mars/Base", **timing
+        )
+        assert bad["error"] == "Invalid timezone: Mars/Base"
+    assert (await client.call("CronList"))["crons"] == []
+
+
+async def test_a_schedule_with_no_future_run_is_refused(client: FrameClient) -> None:
+    past = await client.call("Cron", name="x", queue="cq", data=1, schedule="0 0 1 1 * 0 2020")
+    assert past["error"] == "Cron schedule has no future run"
+    assert (await client.call("CronGet", name="x"))["error"] == "Cron job not found"
+
+
+async def test_immediately_fires_a_new_cron_at_once_but_not_a_replaced_one(
+    client: FrameClient, autojump_clock
+) -> None:
+    now = (await client.call("Ping"))["data"]["time"]
+    new = await client.call(
+        "Cron", name="c", queue="cq", data=1, repeatEvery=60_000, immediately=True,
+        preventOverlap=False,
+    )  # fmt: skip
+    assert new["cron"]["nextRun"] == now
+    await trio.sleep(0.001)
+    assert await count(client) == 1
+    again = await client.call(
+        "Cron", name="c", queue="cq", data=1, repeatEvery=60_000, immediately=True,
+        preventOverlap=False,
+    )  # fmt: skip
+    assert again["cron"]["nextRun"] == now + 1 + 60_000
+    await trio.sleep(1)
+    assert await count(client) == 1
+
+
+async def test_executions_and_the_limit_carry_over_an_upsert(
+    client: FrameClient, autojump_clock
+) -> None:
+    spec = {"name": "c", "queue": "cq", "data": 1, "repeatEvery": 1000, "maxLimit": 3,
+            "preventOverlap": False}  # fmt: skip
+    await client.call("Cron", **spec)
+    await trio.sleep(2.5)
+    await client.call("Cron", **spec)
+    got = await client.call("CronGet", name="c")
+    assert got["ok"] is True
+    assert (got["cron"]["executions"], got["cron"]["maxLimit"]) == (2, 3)
+    await trio.sleep(10)
+    assert await count(client) == 3  # one more run, not three
+    listed = await client.call("CronList")
+    assert (listed["ok"], listed["crons"]) == (True, [])
+
+
+async def test_a_cron_with_its_own_unique_key_does_not_overlap(
+    client: FrameClient, autojump_clock
+) -> None:
+    await client.call(
+        "Cron", name="c", queue="cq", data=1, repeatEvery=1000, uniqueKey="nightly",
+        preventOverlap=False,
+    )  # fmt: skip
+    await trio.sleep(3.5)
+    assert await count(client) == 1
+    job = (await client.call("GetJobs", queue="cq"))["jobs"][0]
+    assert job["lastHeartbeat"] == job["createdAt"]  # as for a pushed job
+    dup = await client.call("PUSH", queue="cq", data=2, uniqueKey="nightly")
+    assert dup["id"] == job["id"]
+
+
+async def test_crons_deleted_or_ended_stay_gone_after_a_restart(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)  # starts at 08:00 UTC
+    hour = 3_600_000
+    async with broker.running() as connect:
+        client = await connect()
+        await client.call("Pause", queue="other")  # a stored record of another kind first
+        await client.call(
+            "Cron", name="done-while-down", queue="dq", data=1, schedule="0 12 15 1 * 0 2027"
+        )  # fmt: skip
+        await client.call("Cron", name="kept", queue="cq", data=1, repeatEvery=24 * hour)
+        await client.call("Cron", name="deleted", queue="cq", data=1, repeatEvery=hour)
+        await client.call("CronDelete", name="deleted")
+        await client.call(
+            "Cron", name="limited", queue="lq", data=1, repeatEvery=hour, maxLimit=1,
+            preventOverlap=False,
+        )  # fmt: skip
+        await client.call(
+            "Cron", name="ending", queue="eq", data=1, schedule="0 9 15 1 * 0 2027",
+            skipMissedOnRestart=False, preventOverlap=False,
+        )  # fmt: skip
+        await trio.sleep(2.5 * 3600)  # `limited` and `ending` have run their course
+        assert [await count(client, q) for q in ("lq", "eq")] == [1, 1]
+    await trio.sleep(2 * 3600)  # `done-while-down` missed its only run
+    async with broker.running() as connect:
+        client = await connect()
+        await trio.sleep(1)
+        assert [cron["name"] for cron in (await client.call("CronList"))["crons"]] == ["kept"]
+        assert [await count(client, q) for q in ("lq", "eq", "dq")] == [1, 1, 0]
+    store = store_factory()
+    try:
+        assert [r.key for r in store.load_records() if r.kind == "cron"] == ["kept"]
+    finally:
+        store.close()
+
+
+async def test_without_skip_missed_a_missed_run_fires_once_at_restart(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        await client.call(
+            "Cron", name="c", queue="cq", data=1, repeatEvery=10_000, skipMissedOnRestart=False,
+            preventOverlap=False,
+        )  # fmt: skip
+    await trio.sleep(35)  # three runs missed while down
+    async with broker.running() as connect:
+        client = await connect()
+        await trio.sleep(0.001)
+        assert await count(client) == 1
+        cron = (await client.call("CronGet", name="c"))["cron"]
+        now = (await client.call("Ping"))["data"]["time"]
+        assert 0 < cron["nextRun"] - now <= 10_000
+
+
+async def test_a_run_due_just_as_the_broker_restarts_is_not_skipped(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        reply = await client.call("Cron", name="c", queue="cq", data=1, repeatEvery=10_000)
+    await trio.sleep((reply["cron"]["nextRun"] - broker.clock.now_ms()) / 1000)
+    async with broker.running() as connect:
+        client = await connect()
+        await trio.sleep(0.001)
+        assert await count(client) == 1  # it ran at restart, not 10 s later
+
+
 async def test_a_deleted_cron_stays_deleted_after_a_restart(
     store_factory: StoreFactory, autojump_clock
 ) -> None:

@@ -224,6 +224,110 @@ async def test_invalid_settings_stored_by_an_older_broker_are_ignored(
     assert msgspec.msgpack.decode(stored[0].body)["dlqConfig"] == {}
 
 
+async def fail_with(client: FrameClient, error: str, **fields: object) -> str:
+    """Push a job to `q`, pull it and FAIL it with `error` (for good with maxAttempts=1)."""
+    job_id = await push(client, "q", **fields)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+    assert (await client.call("FAIL", id=job_id, error=error))["ok"] is True
+    return job_id
+
+
+async def test_dlq_stats_sort_failures_by_reason(client: FrameClient, autojump_clock) -> None:
+    start = (await client.call("Ping"))["data"]["time"]
+    await fail_with(client, "boom", maxAttempts=1)
+    await fail_with(client, "Worker lost: LOCK EXPIRED", maxAttempts=1)
+    await fail_with(client, "STALL detected", maxAttempts=1)
+    discarded = await push(client)  # fails with attempts to spare
+    await client.call("Discard", id=discarded)
+    await push(client, ttl=1000)
+    await trio.sleep(2)
+    await push(client, timeout=1000, maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await trio.sleep(2)
+    reply = await client.call("GetDlqStats", queue="q")
+    assert reply["ok"] is True
+    assert reply["data"]["stats"] == {
+        "total": 6,
+        "byReason": {"explicit_fail": 1, "max_attempts_exceeded": 1, "timeout": 1,
+                     "stalled": 2, "ttl_expired": 1, "worker_lost": 0, "unknown": 0},
+        "byQueue": {"q": 6},
+        "pendingRetry": 0,
+        "expired": 0,
+        "oldestEntry": start,
+        "newestEntry": start + 3000,
+    }  # fmt: skip
+
+
+async def test_dlq_stats_count_retries_that_are_due(client: FrameClient, autojump_clock) -> None:
+    config = {"autoRetry": True, "autoRetryInterval": 1000}
+    await client.call("SetDlqConfig", queue="q", config=config)
+    for _ in range(2):  # past their ttl, they stay in the DLQ when their retry is due
+        await push(client, ttl=500)
+    await trio.sleep(1)
+    await push(client, ttl=500)
+    await trio.sleep(0.5)  # the first two failed 1 s ago, the last one just now
+    stats = (await client.call("GetDlqStats", queue="q"))["data"]["stats"]
+    assert (stats["total"], stats["pendingRetry"]) == (3, 2)
+
+
+async def test_dlq_stats_of_an_empty_queue_create_no_queue(client: FrameClient) -> None:
+    stats = (await client.call("GetDlqStats", queue="nothing"))["data"]["stats"]
+    assert (stats["total"], stats["oldestEntry"], stats["newestEntry"]) == (0, None, None)
+    assert (await client.call("ListQueues"))["queues"] == []
+
+
+async def test_remove_dlq_job_removes_only_a_failed_job_of_that_queue(
+    client: FrameClient,
+) -> None:
+    failed = await fail_with(client, "boom", maxAttempts=1)
+    waiting = await push(client)
+    for queue, job_id in (("q", "ghost"), ("other", failed), ("q", waiting)):
+        reply = await client.call("RemoveDlqJob", queue=queue, jobId=job_id)
+        assert (reply["ok"], reply["data"]) == (True, {"removed": False})
+    assert [await state_of(client, i) for i in (failed, waiting)] == ["failed", "waiting"]
+    assert (await client.call("RemoveDlqJob", queue="q", jobId=failed))["data"]["removed"]
+
+
+async def test_auto_retry_runs_before_the_ttl_and_not_from_the_ttl_on(
+    client: FrameClient, autojump_clock
+) -> None:
+    reply = await client.call(
+        "SetDlqConfig", queue="q", config={"autoRetry": True, "autoRetryInterval": 10_000}
+    )
+    assert reply["ok"] is True
+    assert (await client.call("GetDlqConfig", queue="q"))["ok"] is True
+    in_time = await fail_with(client, "boom", maxAttempts=1, ttl=60_000)
+    at_ttl = await fail_with(client, "boom", maxAttempts=1, ttl=10_000)  # due as it expires
+    await trio.sleep(10)
+    assert await state_of(client, in_time) == "waiting"
+    job = (await client.call("GetJob", id=at_ttl))["job"]
+    assert (job["state"], job["failedReason"]) == ("failed", "boom")  # left as it failed
+
+
+async def test_both_caps_set_at_once_apply_to_the_failures_already_there(
+    client: FrameClient, autojump_clock
+) -> None:
+    ids = [await fail_with(client, "boom", maxAttempts=1) for _ in range(3)]
+    config = {"maxEntries": 2, "maxAge": 60_000}
+    assert (await client.call("SetDlqConfig", queue="q", config=config))["ok"] is True
+    assert await dlq_ids(client) == ids[1:]  # the oldest went; the others are not too old
+    await trio.sleep(61)
+    assert await dlq_ids(client) == []
+
+
+async def test_dlq_lists_only_the_failed_jobs_oldest_failure_first(
+    client: FrameClient, autojump_clock
+) -> None:
+    first, second = [await push(client, maxAttempts=1) for _ in range(2)]
+    await client.call("PULLB", queue="q", count=2)
+    await client.call("FAIL", id=second, error="boom")
+    await trio.sleep(1)
+    await client.call("FAIL", id=first, error="boom")
+    await push(client)
+    reply = await client.call("Dlq", queue="q")
+    assert (reply["ok"], [job["id"] for job in reply["jobs"]]) == (True, [second, first])
+
+
 async def test_a_job_retried_from_the_dlq_starts_afresh(
     client: FrameClient, autojump_clock
 ) -> None:

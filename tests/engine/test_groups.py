@@ -81,6 +81,30 @@ async def test_group_option_validation(client: FrameClient) -> None:
     assert bad["error"] == "group.limit.duration must be greater than 0"
 
 
+async def test_a_push_that_names_a_job_already_there_takes_no_group_room(
+    client: FrameClient,
+) -> None:
+    first = await client.call("PUSH", queue="q", data={}, jobId="a", groupId="g", groupMaxSize=1)
+    again = await client.call("PUSH", queue="q", data={}, jobId="a", groupId="g", groupMaxSize=1)
+    assert again["id"] == first["id"]
+    batch = await client.call(
+        "PUSHB", queue="q", jobs=[{"data": {}, "customId": "a", "groupId": "g", "groupMaxSize": 1}]
+    )  # fmt: skip
+    assert batch["ok"] is True, batch
+
+
+async def test_a_batch_counts_its_own_jobs_against_the_group_cap(client: FrameClient) -> None:
+    def item(**fields: object) -> dict[str, object]:
+        return {"data": {}, "groupId": "g", "groupMaxSize": 3, **fields}
+
+    jobs = [{"data": {}}, item(), item(), item(), item()]  # the first has no group
+    reply = await client.call("PUSHB", queue="q", jobs=jobs)
+    assert reply["error"] == "jobs[4]: Group g is full (groupMaxSize 3)"
+    assert (await client.call("PUSHB", queue="q", jobs=jobs[:4]))["ok"] is True
+    named = await client.call("PUSH", queue="q", data={}, jobId="new", groupId="g", groupMaxSize=3)
+    assert named["error"] == "Group g is full (groupMaxSize 3)"  # a new id takes room
+
+
 async def test_a_drained_group_has_room_again(client: FrameClient) -> None:
     assert (await client.call("PUSH", queue="q", data={}, groupId="g", groupMaxSize=1))["ok"]
     assert (await client.call("Drain", queue="q"))["count"] == 1

@@ -18,7 +18,7 @@ from broker.clock import Clock
 from broker.config import Config
 from broker.engine import actor as actor_module
 from broker.engine import state as state_module
-from broker.engine.housekeeping import PURGE, Purge
+from broker.engine.housekeeping import PURGE, Graveyard, Purge, worth_compacting
 from broker.engine.model import Job
 from broker.engine.records import job_to_row
 from store import JobRow, MemoryStore, Record, StoreError, open_sqlite
@@ -502,3 +502,22 @@ async def test_a_broker_stopped_mid_drain_drains_fully_at_restart(small_slices: 
         assert list(store.rows) == [kept]
         assert [key for key in store.records if key[0] == PURGE] == []
         app.shutdown()
+
+
+def test_the_graveyard_lets_go_of_exactly_its_budget_per_slice() -> None:
+    graveyard = Graveyard()
+    graveyard.bury([])  # nothing to hold
+    graveyard.bury(list(range(5)))
+    graveyard.bury(list(range(3)))
+    graveyard.drop_slice(4)  # the newest lot whole, one of the older one
+    assert [len(lot) for lot in graveyard.lots] == [4]
+    graveyard.drop_slice(10)
+    assert graveyard.lots == []
+
+
+def test_a_structure_is_compacted_when_over_half_stale_and_many_or_all() -> None:
+    assert worth_compacting(1100, 2000)  # over half stale, and many
+    assert not worth_compacting(1100, 2200)  # exactly half
+    assert not worth_compacting(1100, 3000)  # many, but not over half
+    assert not worth_compacting(1024, 2000)  # over half, but not many
+    assert worth_compacting(5, 5)  # few, but all of it

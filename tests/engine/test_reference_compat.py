@@ -115,11 +115,12 @@ async def test_a_completed_and_removed_dependency_is_satisfied(client: FrameClie
 
 async def test_replace_is_refused_while_live_jobs_depend_on_the_job(client: FrameClient) -> None:
     first = await push(client, uniqueKey="k")
-    dependent = await push(client, dependsOn=[first])
+    dependents = [await push(client, dependsOn=[first]) for _ in range(2)]
     reply = await client.call(
         "PUSH", queue="q", data=2, uniqueKey="k", dedup={"ttl": 60000, "replace": True}
     )
-    assert reply["error"] == f"Cannot replace job {first}: jobs depend on it ({dependent})"
+    listed = ", ".join(dependents)
+    assert reply["error"] == f"Cannot replace job {first}: jobs depend on it ({listed})"
     assert await state_of(client, first) == "waiting"
 
 

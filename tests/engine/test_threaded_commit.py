@@ -174,6 +174,24 @@ async def test_a_threaded_commit_withholds_replies_through_an_outage(
     assert len(outage_logs) == 1 and outage_logs[0].endswith(": connection refused")
 
 
+async def test_events_of_a_pass_committed_on_a_worker_thread_follow_its_commit() -> None:
+    log: list[str] = []
+    store = GatedStore(log)
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
+    actor.bus.add_listener(lambda message: log.append(str(message["event"])), lambda: True)
+    session = Session(actor.outbox, log)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()
+        await actor.submit(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
+        await trio.to_thread.run_sync(store.entered.wait)
+        await trio.testing.wait_all_tasks_blocked()
+        assert log == []  # no listener hears of a job that is not stored yet
+        store.gate.set()
+        actor.inbox.close()
+    assert log == ["commit", "reply", "job:pushed"]
+
+
 async def test_a_threaded_pass_publishes_its_events_only_after_its_commit() -> None:
     log: list[str] = []
     store = GatedStore(log)
