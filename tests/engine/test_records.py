@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from broker.engine import records
 from broker.engine.model import Job
 from broker.engine.records import PERSISTED, job_from_row, job_to_row
+from store import JobRow
 from tests.conftest import EPOCH_MS
 
 
@@ -14,9 +17,13 @@ def new_job(job_id: str) -> Job:
     return Job(id=job_id, queue="q", name="n", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
 
 
-def assert_body_lists_every_field(job: Job) -> None:
-    body = msgspec.msgpack.decode(job_to_row(job).body)
-    assert body[:2] == [records.FORMAT, False]
+def assert_body_lists_every_field(job: Job, to_row: Callable[[Job], JobRow] = job_to_row) -> None:
+    row = to_row(job)
+    columns = (row.id, row.queue, row.state, row.priority, row.run_at, row.created_at)
+    assert columns == (job.id, job.queue, job.state, job.priority, job.run_at, job.created_at)
+    assert row.attempts == job.attempts
+    body = msgspec.msgpack.decode(row.body)
+    assert body[:2] == [records.FORMAT, job.holder is not None]
     assert len(body) == 2 + len(PERSISTED)
     for index, name in enumerate(PERSISTED, 2):
         value = getattr(job, name)
@@ -50,3 +57,20 @@ def test_rows_stay_right_past_the_options_cache_size() -> None:
         loaded, _ = job_from_row(job_to_row(job))
         assert loaded.custom_id == job.custom_id
         assert_body_lists_every_field(job)
+
+
+def test_the_row_writer_and_reader_compiled_afresh_store_and_load_every_field() -> None:
+    # job_to_row and the reader are generated once, at import; compiling them again (as a new
+    # broker process does) must give functions that keep the stored format, field by field.
+    to_row, build = records._row_builder(), records._job_builder()
+    plain, own = new_job("plain"), new_job("own")
+    own.priority, own.custom_id, own.tags, own.depends_on = 7, "own", ("a", "b"), ("dep",)
+    own.attempts, own.timeline, own.state = 3, ("waiting", EPOCH_MS, None), "active"
+    own.holder, own.progress, own.stall_count = "conn-1", 40, 2  # rare fields set on this one
+    for job in (plain, own, own):  # the second time from the encoded options
+        assert_body_lists_every_field(job, to_row)
+        body = msgspec.msgpack.decode(to_row(job).body)
+        loaded = build(body)
+        for name in PERSISTED:
+            assert getattr(loaded, name) == getattr(job, name), name
+        assert type(loaded.tags) is tuple and loaded.queue is records._shared("q")
