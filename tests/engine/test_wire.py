@@ -93,3 +93,24 @@ def test_options_the_engine_changes_in_place_are_encoded_as_they_are_now() -> No
     wire_job(job)
     job.repeat["nextCreated"] = True  # as a repeating job's first start does (pulls.py)
     assert msgspec.msgpack.decode(wire_job(job))["repeat"] == {"every": 5, "nextCreated": True}
+
+
+def test_the_pre_encoded_headers_are_messagepack_s_own() -> None:
+    # The pieces a pulled job is spliced from are made once, at import; made again they must
+    # still be the headers msgspec writes for maps, arrays and timeline entries of every size.
+    from broker.engine import wireform
+
+    encode = msgspec.msgpack.encode
+    for size in (0, 1, 15, 16, 48, 0xFFFF):
+        pairs = {f"k{n}": None for n in range(size)}
+        first_key = encode("k0") if size else b""
+        assert encode(pairs).startswith(wireform._map_header(size) + first_key)
+    for size in (0, 1, 15, 16, 0xFFFF, 0x10000):
+        values = [None] * size
+        assert encode(values) == wireform._array_header(size) + b"\xc0" * size
+    for state, error in itertools.product(("waiting", "failed"), (None, "boom")):
+        entry = {"state": state, "timestamp": 5, **({"error": error} if error else {})}
+        head = bytes(wireform._entry_head(state, error is not None))
+        assert encode(entry).startswith(head) and encode(entry)[len(head)] == 5
+    job_map = encode({"id": "x", **{f"k{n}": 0 for n in range(47)}})
+    assert job_map.startswith(bytes(wireform._HEAD)) and len(wireform._HEAD) == 6
