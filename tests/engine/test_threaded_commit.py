@@ -192,27 +192,6 @@ async def test_events_of_a_pass_committed_on_a_worker_thread_follow_its_commit()
     assert log == ["commit", "reply", "job:pushed"]
 
 
-async def test_a_threaded_pass_publishes_its_events_only_after_its_commit() -> None:
-    log: list[str] = []
-    store = GatedStore(log)
-    actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
-    subscription = actor.bus.subscribe(["job:*"])
-    session = Session(actor.outbox, log)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(actor.run)
-        await trio.testing.wait_all_tasks_blocked()
-        await actor.submit(Batch(session, [command(cmd="PUSH", queue="q", data=1)]))
-        await trio.to_thread.run_sync(store.entered.wait)
-        await trio.testing.wait_all_tasks_blocked()
-        with pytest.raises(trio.WouldBlock):  # not stored yet: nobody hears of the job
-            subscription.receive.receive_nowait()
-        store.gate.set()
-        actor.inbox.close()
-    event = subscription.receive.receive_nowait()
-    assert event["data"]["queue"] == "q" and event["data"]["jobId"] in store.rows
-    assert log == ["commit", "reply"]
-
-
 @pytest.mark.parametrize("threaded", [False, True], ids=["on the loop", "threaded"])
 async def test_a_pass_takes_at_most_32_waiting_batches_and_stores_each_pass_once(
     threaded: bool,
