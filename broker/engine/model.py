@@ -179,6 +179,12 @@ class Options:
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "wire_tail", tuple(getattr(self, n) for n in WIRE_TAIL))
 
+    def keeps_its_encoding(self) -> bool:
+        """Whether an encoding of these options stays right while they live, so that it may be
+        kept (wireform.py, records.py): not when they hold a dict (`repeat`, `backoff_config`),
+        which the engine updates in place (a repeating job that starts marks `nextCreated`)."""
+        return self.repeat is None and self.backoff_config is None
+
 
 DEFAULT_OPTIONS = Options()
 _WITH_ID = tuple(default for _, default in OPTION_FIELDS[:8])  # up to custom_id

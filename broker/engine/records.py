@@ -47,7 +47,8 @@ def _row_builder() -> Callable[[Job], JobRow]:
     The 32 options, one block of `PERSISTED`, are encoded once per Options object (most jobs
     share one: model.py) and spliced in as one `msgspec.Raw`; the array's length, which then
     counts that block as one item, is patched in the header. Measured with callgrind: 20.2k
-    against 16.9k instructions a row, the same bytes.
+    against 16.9k instructions a row, the same bytes. Options holding a dict the engine updates
+    in place (a repeat) are encoded afresh for every row (`Options.keeps_its_encoding`).
     """
     options = [name for name in PERSISTED if name in OPTION_NAMES]
     first = PERSISTED.index(options[0])
@@ -88,14 +89,15 @@ OPTIONS_CACHE_SIZE = 4096
 
 def _options_encoder(names: list[str]) -> Callable[[Options], tuple[Options, msgspec.Raw]]:
     """The function encoding an Options block (the options in `names` order, no array header)
-    and caching it."""
+    and caching it, unless the engine may update the options in place (a repeat)."""
     fields = ", ".join(f"o.{n}" for n in names)
     source = (
         "def encode_options(o):\n"
         f"    known = (o, _Raw(_encode(({fields},))[3:]))\n"
-        "    if len(_cache) >= _SIZE:\n"
-        "        _cache.clear()\n"
-        "    _cache[id(o)] = known\n"
+        "    if o.keeps_its_encoding():\n"
+        "        if len(_cache) >= _SIZE:\n"
+        "            _cache.clear()\n"
+        "        _cache[id(o)] = known\n"
         "    return known\n"
     )
     namespace: dict[str, Any] = {

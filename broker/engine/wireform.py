@@ -10,7 +10,7 @@ makes the concatenation the same bytes `WireJob` encodes to (tests/engine/test_w
 that, value by value).
 
 Options holding a dict (`repeat`, `backoff_config`) are encoded afresh every time: the engine
-updates a repeating job's `repeat` in place.
+updates a repeating job's `repeat` in place (`Options.keeps_its_encoding`).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def option_pieces(opts: Options) -> tuple[Raw, Raw, Raw]:
     pieces = opts.wire_pieces
     if pieces is None:
         pieces = _option_pieces(opts)
-        if opts.repeat is None and opts.backoff_config is None:  # nothing the engine mutates
+        if opts.keeps_its_encoding():
             object.__setattr__(opts, "wire_pieces", pieces)
     return pieces
 

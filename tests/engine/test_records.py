@@ -74,3 +74,14 @@ def test_the_row_writer_and_reader_compiled_afresh_store_and_load_every_field() 
         for name in PERSISTED:
             assert getattr(loaded, name) == getattr(job, name), name
         assert type(loaded.tags) is tuple and loaded.queue is records._shared("q")
+
+
+def test_a_repeat_updated_in_place_is_stored_as_it_is_now() -> None:
+    # A repeating job that starts marks its next occurrence made in its own `repeat` dict (the
+    # Options object stays the same): the row must say so, or a restart would make it again.
+    job = new_job("r")
+    job.repeat = {"every": 1000, "count": 0}
+    job_to_row(job)  # written when pushed
+    job.opts.repeat["nextCreated"] = True  # as Pulls does when the job starts
+    loaded, _ = job_from_row(job_to_row(job))
+    assert loaded.repeat == {"every": 1000, "count": 0, "nextCreated": True}
