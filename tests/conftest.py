@@ -6,11 +6,14 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import os
+import secrets
 import select
 import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +25,7 @@ from broker.clock import Clock
 from broker.config import Config
 from store import Store, open_postgres, open_sqlite
 from tests.support.client import FrameClient
-from tests.support.postgres import PrivateServer, start_private_server
+from tests.support.postgres import PrivateServer, kept_server, start_private_server
 
 EPOCH_MS = 1_800_000_000_000.0
 START_TIMEOUT_S = 20.0  # a broker that never starts fails the tests that need it
@@ -131,12 +134,19 @@ def broker_address() -> Iterator[tuple[str, int]]:
 
 
 _schemas = itertools.count(1)
+# Unique across the sessions that share a kept server (TRIOQ_TEST_POSTGRES_DIR).
+_SESSION_TAG = secrets.token_hex(4)
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PrivateServer]:
     """The session's private PostgreSQL server (tests may stop, kill and restart it, and must
-    leave it running)."""
+    leave it running). With TRIOQ_TEST_POSTGRES_DIR set, one server kept in that directory
+    serves every session and outlives them (mutation runs start a session per mutant)."""
+    kept = os.environ.get("TRIOQ_TEST_POSTGRES_DIR")
+    if kept:
+        yield kept_server(Path(kept))
+        return
     server = start_private_server()
     try:
         yield server
@@ -149,7 +159,7 @@ def pg_schema(postgres_server: PrivateServer) -> str:
     """A schema name no other test of the session uses, so tests do not see each other."""
     if not postgres_server.running():  # a test that stopped it failed before restarting it
         postgres_server.start()
-    return f"t{next(_schemas)}"
+    return f"t{_SESSION_TAG}_{next(_schemas)}"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -53,15 +53,15 @@ class PrivateServer:
     """One PostgreSQL cluster in a temporary directory; `url` reaches its `postgres` database
     as the superuser `trioq` (trust authentication on loopback only)."""
 
-    def __init__(self, *, fsync: bool = False) -> None:
+    def __init__(self, *, fsync: bool = False, root: Path | None = None, port: int = 0) -> None:
         bindir = find_bindir()
         if bindir is None:
             raise RuntimeError(MISSING)
         self.bindir = bindir
         self.fsync = fsync
-        self.root = Path(tempfile.mkdtemp(prefix="trioq-pg-"))
+        self.root = root or Path(tempfile.mkdtemp(prefix="trioq-pg-"))
         self.data = self.root / "data"
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"postgresql://trioq@127.0.0.1:{self.port}/postgres"
         self._as_user: list[str] = []
         if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to nobody
@@ -130,6 +130,26 @@ def _running(data: Path) -> bool:
     if not pid_file.exists():
         return False
     return psutil.pid_exists(int(pid_file.read_text().split()[0]))
+
+
+def kept_server(root: Path) -> PrivateServer:
+    """The server kept in `root` across test sessions, made there by the first session that
+    asks and started if it is down; its port is in `root/port`. Mutation runs use it
+    (TRIOQ_TEST_POSTGRES_DIR) so that each mutant's test session does not run initdb."""
+    port_file = root / "port"
+    if port_file.exists():
+        server = PrivateServer(root=root, port=int(port_file.read_text()))
+        if not server.running():
+            server.start()
+        return server
+    root.mkdir(parents=True, exist_ok=True)
+    server = PrivateServer(root=root)
+    if os.geteuid() == 0:
+        shutil.chown(root, UNPRIVILEGED_USER)
+    server.init()
+    server.start()
+    port_file.write_text(str(server.port))
+    return server
 
 
 def start_private_server(*, fsync: bool = False) -> PrivateServer:
