@@ -97,9 +97,14 @@ bench: $(BIN)/.installed-test postgres-binaries
 # tests/mutation_equivalents.md. Results are cached in mutants/ (delete it for a fresh run);
 # mutmut's progress goes to mutants.log.
 MUTATE ?= store protocol broker.engine
+# One private PostgreSQL server for every mutant's test session (each would otherwise run initdb);
+# mutants run one at a time, since the tests stop and kill that server.
+MUTATION_PG ?= /tmp/trioq-mutation-pg
 mutation: $(BIN)/.installed-test
 	$(BIN)/pip install -q -e '.[mutation]'
-	$(BIN)/mutmut run $(foreach m,$(MUTATE),"$(m).*") > mutants.log 2>&1 || (tail -20 mutants.log; false)
+	TRIOQ_TEST_POSTGRES_DIR=$(MUTATION_PG) $(BIN)/mutmut run --max-children 1 $(foreach m,$(MUTATE),"$(m).*") \
+		> mutants.log 2>&1 || ($(BIN)/python -m tests.support.postgres stop $(MUTATION_PG); tail -20 mutants.log; false)
+	$(BIN)/python -m tests.support.postgres stop $(MUTATION_PG)
 	$(BIN)/python -m tests.support.mutation_score --files
 	$(BIN)/python -m tests.support.mutation_score
 

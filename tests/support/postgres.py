@@ -162,3 +162,18 @@ def start_private_server(*, fsync: bool = False) -> PrivateServer:
         server.destroy()
         raise
     return server
+
+
+def stop_kept_server(root: Path) -> None:
+    """Stop and delete a server that `kept_server` made (after a mutation run)."""
+    port_file = root / "port"
+    if port_file.exists():
+        PrivateServer(root=root, port=int(port_file.read_text())).destroy()
+
+
+if __name__ == "__main__":  # `python -m tests.support.postgres stop DIR`, used by `make mutation`
+    import sys
+
+    if sys.argv[1:2] != ["stop"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m tests.support.postgres stop DIR")
+    stop_kept_server(Path(sys.argv[2]))
