@@ -490,10 +490,10 @@ class EngineActor:
         for more, fewer in (*state_writes, self.engine.state.take_purge_writes()):
             records += more
             record_deletes += fewer
-        if changed or deleted or records or record_deletes:
-            rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
-            return rows, deleted, sync, records, record_deletes
-        return None
+        # Some record changed, so there is something to write (a changed cron, setting or
+        # hook is written or deleted; a purge's tombstone likewise).
+        rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
+        return rows, deleted, sync, records, record_deletes
 
     def _commit_to(self, store: Store) -> None:
         writes = self._take_writes()
