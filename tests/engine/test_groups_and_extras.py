@@ -89,6 +89,48 @@ async def test_dedup_key_commands(client: FrameClient) -> None:
     assert await push(client, uniqueKey="k") not in (first, second)
 
 
+async def test_dedup_key_commands_on_keys_and_jobs_that_hold_nothing(client: FrameClient) -> None:
+    plain = await push(client)
+    nobody = await client.call("GetDeduplicationJobId", queue="q", deduplicationId="k")
+    assert nobody["data"] == {"jobId": None}
+    none = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
+    assert none["data"] == {"count": 0}
+    for job_id in (plain, "missing"):
+        reply = await client.call("RemoveJobDeduplicationKey", id=job_id)
+        assert reply["data"] == {"removed": False}
+
+
+async def test_a_job_does_not_free_a_key_a_newer_job_holds(client: FrameClient) -> None:
+    old = await push(client, uniqueKey="k", maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=old)  # failed for good: the key goes to the next push
+    newer = await push(client, uniqueKey="k")
+    assert (await client.call("RemoveJobDeduplicationKey", id=old))["data"] == {"removed": False}
+    assert await push(client, uniqueKey="k") == newer
+    gone = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
+    assert gone["data"] == {"count": 1}
+    old_job = (await client.call("GetJob", id=old))["job"]
+    assert old_job["uniqueKey"] == "k"  # not the key's owner: its own record is left alone
+
+
+async def test_a_removed_dedup_key_stays_free_after_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        by_key = await push(client, uniqueKey="a")
+        by_job = await push(client, uniqueKey="b")
+        await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="a")
+        await client.call("RemoveJobDeduplicationKey", id=by_job)
+        for job_id in (by_key, by_job):
+            assert (await client.call("GetJob", id=job_id))["job"]["uniqueKey"] is None
+    async with broker.running() as connect:
+        client = await connect()
+        assert await push(client, uniqueKey="a") != by_key
+        assert await push(client, uniqueKey="b") != by_job
+        for job_id in (by_key, by_job):
+            assert (await client.call("GetJob", id=job_id))["job"]["uniqueKey"] is None
+
+
 async def test_queue_limits_and_dlq_stats(client: FrameClient) -> None:
     await client.call("SetConcurrency", queue="q", limit=1)
     job_id = await push(client, maxAttempts=1)
