@@ -78,13 +78,13 @@ async def test_group_commands_check_their_fields(client: FrameClient) -> None:
 async def test_dedup_key_commands(client: FrameClient) -> None:
     first = await push(client, uniqueKey="k")
     found = await client.call("GetDeduplicationJobId", queue="q", deduplicationId="k")
-    assert found["data"] == {"jobId": first}
+    assert (found["ok"], found["data"]) == (True, {"jobId": first})
     gone = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
-    assert gone["data"] == {"count": 1}
+    assert (gone["ok"], gone["data"]) == (True, {"count": 1})
     second = await push(client, uniqueKey="k")
     assert second != first
     removed = await client.call("RemoveJobDeduplicationKey", id=second)
-    assert removed["data"] == {"removed": True}
+    assert (removed["ok"], removed["data"]) == (True, {"removed": True})
     assert (await client.call("RemoveJobDeduplicationKey", id=second))["data"] == {"removed": False}
     assert await push(client, uniqueKey="k") not in (first, second)
 
@@ -94,10 +94,10 @@ async def test_dedup_key_commands_on_keys_and_jobs_that_hold_nothing(client: Fra
     nobody = await client.call("GetDeduplicationJobId", queue="q", deduplicationId="k")
     assert nobody["data"] == {"jobId": None}
     none = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
-    assert none["data"] == {"count": 0}
+    assert (none["ok"], none["data"]) == (True, {"count": 0})
     for job_id in (plain, "missing"):
         reply = await client.call("RemoveJobDeduplicationKey", id=job_id)
-        assert reply["data"] == {"removed": False}
+        assert (reply["ok"], reply["data"]) == (True, {"removed": False})
 
 
 async def test_a_job_does_not_free_a_key_a_newer_job_holds(client: FrameClient) -> None:
