@@ -125,3 +125,16 @@ def test_jobs_with_the_same_priority_share_one_heap_key_from_the_first() -> None
     engine.execute(pulled, decode_command(msgspec.msgpack.encode(
         {"cmd": "PULLB", "queue": "q", "count": 4})), EPOCH_MS)  # fmt: skip
     assert [job["priority"] for job in pulled.jobs()] == [7, 7, 0, -2]
+
+
+def test_an_option_property_made_afresh_reads_the_options_and_writes_a_changed_copy() -> None:
+    # The properties are installed on Job at import; making one again (as a new broker
+    # process does) must give the same reading and copy-on-write behaviour.
+    priority = model._option_property("priority")
+    one, other = (model.Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b"))
+    assert priority.__get__(one) == 0 and one.opts is other.opts
+    priority.__set__(one, 4)
+    assert (priority.__get__(one), priority.__get__(other)) == (4, 0)
+    assert one.opts.max_attempts == other.opts.max_attempts == 3  # the rest of the set is kept
+    assert other.opts is model.DEFAULT_OPTIONS
+    assert priority.__doc__ == "The job's `priority` option (see Options)."
