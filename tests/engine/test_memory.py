@@ -138,3 +138,18 @@ def test_an_option_property_made_afresh_reads_the_options_and_writes_a_changed_c
     assert one.opts.max_attempts == other.opts.max_attempts == 3  # the rest of the set is kept
     assert other.opts is model.DEFAULT_OPTIONS
     assert priority.__doc__ == "The job's `priority` option (see Options)."
+
+
+def test_rare_fields_given_at_their_default_take_no_room_in_the_job() -> None:
+    # A stored row names every field: loading a job that never ran must not give it the
+    # per-instance dict that only jobs with a rare field of their own pay for.
+    fields = {"attempts": 0, "progress": 0, "logs": None, "late_open": False, "lock_ttl": 0}
+    fresh = model.Job("a", "q", "n", b"\x01", EPOCH_MS, EPOCH_MS, **fields)
+    assert vars(fresh) == {}
+    ran = model.Job("b", "q", "n", b"\x01", EPOCH_MS, EPOCH_MS, **{**fields, "attempts": 2})
+    assert vars(ran) == {"attempts": 2}
+
+
+def test_a_job_shows_its_id_queue_name_and_state_and_not_its_data() -> None:
+    job = model.Job("b", "q", "n", b"\x01", EPOCH_MS, EPOCH_MS)
+    assert repr(job) == "Job(id='b', queue='q', name='n', state='waiting')"
