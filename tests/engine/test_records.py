@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import msgspec
+import pytest
 
 from broker.engine import records
-from broker.engine.model import Job
+from broker.engine.model import OPTION_FIELDS, Job
 from broker.engine.records import PERSISTED, job_from_row, job_to_row
 from store import JobRow
 from tests.conftest import EPOCH_MS
@@ -85,3 +87,35 @@ def test_a_repeat_updated_in_place_is_stored_as_it_is_now() -> None:
     job.opts.repeat["nextCreated"] = True  # as Pulls does when the job starts
     loaded, _ = job_from_row(job_to_row(job))
     assert loaded.repeat == {"every": 1000, "count": 0, "nextCreated": True}
+
+
+OPTIONS = tuple(name for name, _ in OPTION_FIELDS)
+OTHERS = tuple(name for name in PERSISTED if name not in OPTIONS)
+
+
+def test_a_row_writer_for_another_layout_encodes_that_layout() -> None:
+    # The smallest layout whose row still has a 3-byte array header: 16 items with the options
+    # counted as one (the format, `held`, one field, the options, 12 fields).
+    layout = (OTHERS[0], *OPTIONS, *OTHERS[1:13])
+    job = new_job("j")
+    job.priority, job.attempts = 3, 2
+    body = msgspec.msgpack.decode(records._row_builder(layout)(job).body)
+    values = [list(v) if isinstance(v, tuple) else v for v in map(job.__getattribute__, layout)]
+    assert body == [records.FORMAT, False, *values]
+
+
+@pytest.mark.parametrize(
+    ("layout", "error"),
+    [
+        ((OTHERS[0], *OPTIONS, *OTHERS[1:12]), "the row's array header is no longer 3 bytes"),
+        (
+            (*OTHERS[:4], *OPTIONS[:5], OTHERS[4], *OPTIONS[5:], *OTHERS[5:]),
+            "the options are no longer one block of PERSISTED",
+        ),
+    ],
+)
+def test_a_layout_the_row_writer_cannot_encode_is_refused_when_it_is_built(
+    layout: tuple[str, ...], error: str
+) -> None:
+    with pytest.raises(RuntimeError, match=f"^{re.escape(error)}: see records.py$"):
+        records._row_builder(layout)
