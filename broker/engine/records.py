@@ -150,14 +150,13 @@ def _job_builder() -> Callable[[list[Any]], Job]:
     for name in NAMES:
         at[name] = f"_shared({at[name]})"
     options = ", ".join(at[name] for name, _ in OPTION_FIELDS)
+    given = ("id", "queue", "name", "data", "created_at", "run_at", "last_heartbeat")  # Job()'s
     lines = [
         "def build(body):",
-        f"    job = Job({at['id']}, {at['queue']}, {at['name']}, {at['data']}, "
-        f"{at['created_at']}, {at['run_at']}, {at['last_heartbeat']}, _options(({options},)))",
+        f"    job = Job({', '.join(at[name] for name in given)}, _options(({options},)))",
     ]
     for name in PERSISTED:
-        if name in OPTION_NAMES or name in ("id", "queue", "name", "data", "created_at",
-                                            "run_at", "last_heartbeat"):
+        if name in OPTION_NAMES or name in given:
             continue
         if name in RARE:
             lines.append(f"    value = {at[name]}")

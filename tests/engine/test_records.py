@@ -50,15 +50,16 @@ def test_a_changed_option_is_stored_not_the_block_encoded_before() -> None:
 
 
 def test_rows_stay_right_past_the_options_cache_size() -> None:
+    to_row = records._row_builder()  # compiled afresh, as a new broker process does
     jobs = [new_job(f"j{n}") for n in range(records.OPTIONS_CACHE_SIZE + 10)]
     for n, job in enumerate(jobs):
         job.custom_id = f"j{n}"  # options of its own, one cache entry each
-        job_to_row(job)
+        to_row(job)
     assert len(records._OPTIONS_ENCODED) <= records.OPTIONS_CACHE_SIZE
     for job in (jobs[0], jobs[-1]):
-        loaded, _ = job_from_row(job_to_row(job))
+        loaded, _ = job_from_row(to_row(job))
         assert loaded.custom_id == job.custom_id
-        assert_body_lists_every_field(job)
+        assert_body_lists_every_field(job, to_row)
 
 
 def test_the_row_writer_and_reader_compiled_afresh_store_and_load_every_field() -> None:
@@ -119,3 +120,31 @@ def test_a_layout_the_row_writer_cannot_encode_is_refused_when_it_is_built(
 ) -> None:
     with pytest.raises(RuntimeError, match=f"^{re.escape(error)}: see records.py$"):
         records._row_builder(layout)
+
+
+def test_jobs_loaded_with_the_same_options_share_them_as_pushed_jobs_do() -> None:
+    build = records._job_builder()
+    one, other = new_job("one"), new_job("other")
+    one.priority = other.priority = 4
+    loaded = [build(msgspec.msgpack.decode(job_to_row(job).body)) for job in (one, other)]
+    assert loaded[0].opts is loaded[1].opts
+    assert loaded[0].priority == 4 and vars(loaded[0]) == {}
+
+
+def test_a_row_of_an_unknown_format_is_refused_naming_the_job() -> None:
+    body = msgspec.msgpack.decode(job_to_row(new_job("j")).body)
+    row = JobRow("j", "q", "waiting", msgspec.msgpack.encode([records.FORMAT + 1, *body[1:]]))
+    with pytest.raises(ValueError, match=f"^job j: unknown row format {records.FORMAT + 1}$"):
+        job_from_row(row)
+
+
+def test_a_failure_inside_the_compiled_row_code_names_which_function_it_was() -> None:
+    compiled = [
+        (records._row_builder(), "<trioq job row>"),
+        (records._job_builder(), "<trioq job from row>"),
+        (records._options_encoder(["priority"]), "<trioq options block>"),
+    ]
+    for function, filename in compiled:
+        with pytest.raises((AttributeError, TypeError)) as failure:
+            function(None)
+        assert failure.traceback[-1].frame.code.raw.co_filename == filename
