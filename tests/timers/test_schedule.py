@@ -148,3 +148,10 @@ def test_the_first_occurrence_of_a_pattern_may_be_at_its_start() -> None:
     assert first_occurrence({"pattern": "0 * * * *"}, on_the_hour) == on_the_hour
     assert first_occurrence({"pattern": "0 * * * *", "startDate": on_the_hour}, 0) == on_the_hour
     assert first_occurrence({"every": 1000, "startDate": None}, 1234) == 1234
+
+
+def test_an_interval_started_early_keeps_its_schedule() -> None:
+    # A delayed occurrence promoted before its time: the next one is still an interval after
+    # the time it was scheduled for, not at that time again.
+    assert next_every(1000, 5000, 4500) == 6000
+    assert next_every(1000, 5000, 2000) == 6000
