@@ -155,3 +155,8 @@ def test_an_interval_started_early_keeps_its_schedule() -> None:
     # the time it was scheduled for, not at that time again.
     assert next_every(1000, 5000, 4500) == 6000
     assert next_every(1000, 5000, 2000) == 6000
+
+
+def test_the_first_occurrence_of_a_pattern_is_never_before_its_start() -> None:
+    just_after = ms(2026, 1, 1, 10, 0) + 1
+    assert first_occurrence({"pattern": "0 * * * *"}, just_after) == ms(2026, 1, 1, 11, 0)
