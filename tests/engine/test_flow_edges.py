@@ -167,7 +167,8 @@ async def test_remove_unprocessed_children_releases_a_parent_left_with_nothing_t
 ) -> None:
     await client.call("PUSHF", jobs=family())
     assert (await client.call("RemoveUnprocessedChildren", id="p"))["ok"] is True
-    assert [await state_of(client, i) for i in ("c1", "c2", "p")] == ["unknown", "unknown", "waiting"]
+    states = [await state_of(client, i) for i in ("c1", "c2", "p")]
+    assert states == ["unknown", "unknown", "waiting"]
 
 
 async def test_remove_unprocessed_children_leaves_a_parent_failed_by_a_child_failed(
