@@ -49,7 +49,7 @@ def test_a_changed_option_is_stored_not_the_block_encoded_before() -> None:
     assert (loaded.priority, loaded.max_attempts) == (9, 5)
 
 
-def test_rows_stay_right_past_the_options_cache_size() -> None:
+def test_rows_of_a_fresh_writer_stay_right_past_the_options_cache_size() -> None:
     to_row = records._row_builder()  # compiled afresh, as a new broker process does
     jobs = [new_job(f"j{n}") for n in range(records.OPTIONS_CACHE_SIZE + 10)]
     for n, job in enumerate(jobs):
@@ -148,3 +148,14 @@ def test_a_failure_inside_the_compiled_row_code_names_which_function_it_was() ->
         with pytest.raises((AttributeError, TypeError)) as failure:
             function(None)
         assert failure.traceback[-1].frame.code.raw.co_filename == filename
+
+
+def test_a_layout_too_long_for_a_3_byte_array_header_is_refused() -> None:
+    # An array of up to 65535 items has a 3-byte header: the row (the format, `held`, then
+    # every field) may hold 65535 items, not one more. Made-up fields: nothing is loaded.
+    made_up = (f"field{n}" for n in range(2**16 - 1 - 2 - 1 - len(OPTIONS)))
+    longest = (OTHERS[0], *OPTIONS, *made_up)
+    assert len(longest) + 2 == 2**16 - 1
+    records._row_builder(longest)
+    with pytest.raises(RuntimeError, match="^the row's array header is no longer 3 bytes"):
+        records._row_builder((*longest, "one_more"))
