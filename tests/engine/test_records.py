@@ -157,5 +157,5 @@ def test_a_layout_too_long_for_a_3_byte_array_header_is_refused() -> None:
     longest = (OTHERS[0], *OPTIONS, *made_up)
     assert len(longest) + 2 == 2**16 - 1
     records._row_builder(longest)
-    with pytest.raises(RuntimeError, match="^the row's array header is no longer 3 bytes"):
+    with pytest.raises(RuntimeError, match=r"^the row's array header is no longer 3 bytes"):
         records._row_builder((*longest, "one_more"))
