@@ -41,11 +41,6 @@ class KeyRegistry:
         """`job_id` holds `key` until `expires_at` (or until freed)."""
         self._held[key] = (job_id, expires_at)
 
-    def expiry(self, key: Key) -> float:
-        """When the key's hold ends (inf when it has no ttl); -inf when not held."""
-        entry = self._held.get(key)
-        return entry[1] if entry is not None else -math.inf
-
     def free(self, key: Key, job_id: str, *, only_untimed: bool = False) -> None:
         """Give `key` up if `job_id` holds it (with `only_untimed`, only a hold without ttl)."""
         entry = self._held.get(key)

@@ -452,10 +452,13 @@ INHERITED_OPTIONS = (
 
 
 def next_occurrence_of(job: Job, job_id: str, run_at: float, now: float) -> Job:
-    """The next occurrence of a repeating job: same name, data and options, count + 1."""
-    repeat = dict(job.repeat or {}, count=(job.repeat or {}).get("count", 0) + 1)
-    repeat["prevMillis"] = job.run_at
-    repeat.pop("nextCreated", None)
+    """The next occurrence of a repeating job: same name, data and options, count + 1.
+
+    Only for a job that has just started (pulls.py): its `repeat` holds a `count` (a pushed
+    repeat is normalised so: protocol/jobspec.py) and the `nextCreated` mark of that start."""
+    current = job.repeat or {}
+    repeat = {**current, "count": current["count"] + 1, "prevMillis": job.run_at}
+    del repeat["nextCreated"]  # the next occurrence has not started yet
     options = {name: getattr(job, name) for name in INHERITED_OPTIONS}
     return Job(
         job_id,

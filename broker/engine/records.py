@@ -35,8 +35,8 @@ TRANSIENT = frozenset({"ready_seq", "timer_token", "holder", "activation", "reta
 PERSISTED = tuple(name for name in FIELD_NAMES if name not in TRANSIENT)
 
 
-def _row_builder() -> Callable[[Job], JobRow]:
-    """`job_to_row`, compiled once from `PERSISTED`: one generated function that loads the
+def _row_builder(persisted: tuple[str, ...] = PERSISTED) -> Callable[[Job], JobRow]:
+    """`job_to_row`, compiled once from `persisted`: one generated function that loads the
     fields, encodes the body and builds the row, with no other Python call per row.
 
     Plain attribute loads in one generated function are specialised by the interpreter: measured
@@ -50,15 +50,15 @@ def _row_builder() -> Callable[[Job], JobRow]:
     against 16.9k instructions a row, the same bytes. Options holding a dict the engine updates
     in place (a repeat) are encoded afresh for every row (`Options.keeps_its_encoding`).
     """
-    options = [name for name in PERSISTED if name in OPTION_NAMES]
-    first = PERSISTED.index(options[0])
+    options = [name for name in persisted if name in OPTION_NAMES]
+    first = persisted.index(options[0])
     after = first + len(options)
-    if PERSISTED[first:after] != tuple(options):
+    if persisted[first:after] != tuple(options):
         raise RuntimeError("the options are no longer one block of PERSISTED: see records.py")
-    head = ", ".join(f"job.{n}" for n in PERSISTED[:first])
-    tail = ", ".join(f"job.{n}" for n in PERSISTED[after:])
-    items = 2 + first + 1 + len(PERSISTED) - after  # with the options as one Raw item
-    if min(items, len(options)) < 16 or len(PERSISTED) + 2 >= 2**16:
+    head = ", ".join(f"job.{n}" for n in persisted[:first])
+    tail = ", ".join(f"job.{n}" for n in persisted[after:])
+    items = 2 + first + 1 + len(persisted) - after  # with the options as one Raw item
+    if min(items, len(options)) < 16 or len(persisted) + 2 >= 2**16:
         # the three arrays (the row as encoded, the options, the row) must have 3-byte headers
         raise RuntimeError("the row's array header is no longer 3 bytes: see records.py")
     source = (
@@ -74,7 +74,7 @@ def _row_builder() -> Callable[[Job], JobRow]:
     namespace: dict[str, Any] = {
         "_encode": _encode, "_new": tuple.__new__, "JobRow": JobRow,
         "_encoded_options": _OPTIONS_ENCODED.get, "_encode_options": _options_encoder(options),
-        "_HEADER": b"\xdc" + (len(PERSISTED) + 2).to_bytes(2, "big"),
+        "_HEADER": b"\xdc" + (len(persisted) + 2).to_bytes(2, "big"),
     }  # fmt: skip
     exec(compile(source, "<trioq job row>", "exec"), namespace)
     return namespace["job_to_row"]  # type: ignore[no-any-return]
@@ -150,14 +150,13 @@ def _job_builder() -> Callable[[list[Any]], Job]:
     for name in NAMES:
         at[name] = f"_shared({at[name]})"
     options = ", ".join(at[name] for name, _ in OPTION_FIELDS)
+    given = ("id", "queue", "name", "data", "created_at", "run_at", "last_heartbeat")  # Job()'s
     lines = [
         "def build(body):",
-        f"    job = Job({at['id']}, {at['queue']}, {at['name']}, {at['data']}, "
-        f"{at['created_at']}, {at['run_at']}, {at['last_heartbeat']}, _options(({options},)))",
+        f"    job = Job({', '.join(at[name] for name in given)}, _options(({options},)))",
     ]
     for name in PERSISTED:
-        if name in OPTION_NAMES or name in ("id", "queue", "name", "data", "created_at",
-                                            "run_at", "last_heartbeat"):
+        if name in OPTION_NAMES or name in given:
             continue
         if name in RARE:
             lines.append(f"    value = {at[name]}")

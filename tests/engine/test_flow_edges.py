@@ -106,3 +106,78 @@ async def test_removing_a_child_it_does_not_wait_for_leaves_the_parent_waiting(
     assert (await client.call("RemoveUnprocessedChildren", id="p"))["ok"] is True
     assert await state_of(client, "extra") == "unknown"
     assert await state_of(client, "p") == "waiting-children"  # still waits for `first`
+
+
+async def test_a_flow_counts_the_jobs_already_in_its_groups_queue(client: FrameClient) -> None:
+    await push(client, "fq", groupId="g")
+    full = await client.call("PUSHF", jobs=[node("a", groupId="g", groupMaxSize=1)])
+    assert full["error"] == "jobs[0]: Group g is full (groupMaxSize 1)"
+    elsewhere = await client.call("PUSHF", jobs=[node("b", "other", groupId="g", groupMaxSize=1)])
+    assert elsewhere["ok"] is True
+
+
+async def test_update_parent_records_the_reason_of_a_child_that_failed_before(
+    client: FrameClient,
+) -> None:
+    for error, recorded in (("boom", "boom"), ("", ""), (None, "Job failed")):
+        child = await push(client, "fq", maxAttempts=1, continueParentOnFailure=True)
+        await client.call("PULL", queue="fq")
+        await client.call("FAIL", id=child, **({} if error is None else {"error": error}))
+        parent = await push(client, "parents", dependsOn=[child], childrenIds=[child])
+        assert (await client.call("UpdateParent", childId=child, parentId=parent))["ok"] is True
+        failures = (await client.call("GetFailedChildrenValues", id=parent))["values"]
+        assert failures == {f"fq:{child}": recorded}
+        assert await state_of(client, parent) == "waiting"
+
+
+async def test_move_to_waiting_children_checks_the_lease_and_skips_completed_children(
+    client: FrameClient,
+) -> None:
+    parent = await push(client, "parents")
+    leased = await client.call("PULL", queue="parents", owner="w", lockTtl=30_000)
+    done = await push(client, "fq", parentId=parent)
+    await client.call("UpdateParent", parentId=parent, childId=done)
+    await finish(client, done)  # completed while the parent ran: nothing to wait for
+    wrong = await client.call("MoveToWaitingChildren", id=parent, token="nope")
+    assert wrong["error"] == f"Invalid or expired lock token for job {parent}"
+    alone = await client.call("MoveToWaitingChildren", id=parent, token=leased["token"])
+    assert (alone["ok"], alone["data"]) == (True, {"moved": False})
+    assert await state_of(client, parent) == "active"
+    late = await push(client, "fq", parentId=parent)
+    await client.call("UpdateParent", parentId=parent, childId=late)
+    moved = await client.call("MoveToWaitingChildren", id=parent, token=leased["token"])
+    assert (moved["ok"], moved["data"]) == (True, {"moved": True})
+    job = (await client.call("GetJob", id=parent))["job"]
+    assert (job["state"], job["dependsOn"]) == ("waiting-children", [late])
+
+
+async def test_remove_child_dependency_detaches_the_child_from_the_parent(
+    client: FrameClient,
+) -> None:
+    await client.call("PUSHF", jobs=family())
+    reply = await client.call("RemoveChildDependency", id="c1")
+    assert (reply["ok"], reply["removed"]) == (True, True)
+    parent = (await client.call("GetJob", id="p"))["job"]
+    assert (parent["childrenIds"], parent["dependsOn"]) == (["c2"], ["c2"])
+    assert (await client.call("GetJob", id="c1"))["job"]["parentId"] is None
+
+
+async def test_remove_unprocessed_children_releases_a_parent_left_with_nothing_to_wait_for(
+    client: FrameClient,
+) -> None:
+    await client.call("PUSHF", jobs=family())
+    assert (await client.call("RemoveUnprocessedChildren", id="p"))["ok"] is True
+    states = [await state_of(client, i) for i in ("c1", "c2", "p")]
+    assert states == ["unknown", "unknown", "waiting"]
+
+
+async def test_remove_unprocessed_children_leaves_a_parent_failed_by_a_child_failed(
+    client: FrameClient,
+) -> None:
+    await client.call("PUSHF", jobs=family(failParentOnFailure=True))
+    await finish(client, "c1", ok=False)
+    assert await state_of(client, "p") == "failed"
+    assert (await client.call("RemoveUnprocessedChildren", id="p"))["ok"] is True
+    assert [await state_of(client, i) for i in ("c2", "p")] == ["unknown", "failed"]
+    parent = (await client.call("GetJob", id="p"))["job"]
+    assert parent["dependsOn"] == ["c1", "c2"]  # a failed parent's record is left as it failed

@@ -192,6 +192,22 @@ async def test_a_flow_survives_a_restart_midway(store_factory: StoreFactory) -> 
         assert sorted(values) == ["fq:c1", "fq:c2"]
 
 
+async def test_legacy_flow_edits_survive_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        await push(client, "fq", jobId="c", parentId="placeholder")
+        await push(client, "parents", jobId="legacy")
+        await client.call("UpdateParent", childId="c", parentId="legacy")
+        assert (await client.call("PUSHF", jobs=family()))["ok"] is True
+        assert (await client.call("RemoveChildDependency", id="c1"))["removed"] is True
+    async with broker.running() as connect:
+        client = await connect()
+        jobs = {i: (await client.call("GetJob", id=i))["job"] for i in ("c", "legacy", "c1")}
+        assert (jobs["c"]["parentId"], jobs["legacy"]["childrenIds"]) == ("legacy", ["c"])
+        assert jobs["c1"]["parentId"] is None
+
+
 async def test_a_flow_holds_at_most_10000_jobs(client: FrameClient) -> None:
     jobs = [{"id": f"j{i}", "queue": "fq", "input": {"data": i}} for i in range(10_001)]
     reply = await client.call("PUSHF", jobs=jobs)

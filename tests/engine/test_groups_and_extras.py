@@ -78,15 +78,57 @@ async def test_group_commands_check_their_fields(client: FrameClient) -> None:
 async def test_dedup_key_commands(client: FrameClient) -> None:
     first = await push(client, uniqueKey="k")
     found = await client.call("GetDeduplicationJobId", queue="q", deduplicationId="k")
-    assert found["data"] == {"jobId": first}
+    assert (found["ok"], found["data"]) == (True, {"jobId": first})
     gone = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
-    assert gone["data"] == {"count": 1}
+    assert (gone["ok"], gone["data"]) == (True, {"count": 1})
     second = await push(client, uniqueKey="k")
     assert second != first
     removed = await client.call("RemoveJobDeduplicationKey", id=second)
-    assert removed["data"] == {"removed": True}
+    assert (removed["ok"], removed["data"]) == (True, {"removed": True})
     assert (await client.call("RemoveJobDeduplicationKey", id=second))["data"] == {"removed": False}
     assert await push(client, uniqueKey="k") not in (first, second)
+
+
+async def test_dedup_key_commands_on_keys_and_jobs_that_hold_nothing(client: FrameClient) -> None:
+    plain = await push(client)
+    nobody = await client.call("GetDeduplicationJobId", queue="q", deduplicationId="k")
+    assert nobody["data"] == {"jobId": None}
+    none = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
+    assert (none["ok"], none["data"]) == (True, {"count": 0})
+    for job_id in (plain, "missing"):
+        reply = await client.call("RemoveJobDeduplicationKey", id=job_id)
+        assert (reply["ok"], reply["data"]) == (True, {"removed": False})
+
+
+async def test_a_job_does_not_free_a_key_a_newer_job_holds(client: FrameClient) -> None:
+    old = await push(client, uniqueKey="k", maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=old)  # failed for good: the key goes to the next push
+    newer = await push(client, uniqueKey="k")
+    assert (await client.call("RemoveJobDeduplicationKey", id=old))["data"] == {"removed": False}
+    assert await push(client, uniqueKey="k") == newer
+    gone = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
+    assert gone["data"] == {"count": 1}
+    old_job = (await client.call("GetJob", id=old))["job"]
+    assert old_job["uniqueKey"] == "k"  # not the key's owner: its own record is left alone
+
+
+async def test_a_removed_dedup_key_stays_free_after_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        by_key = await push(client, uniqueKey="a")
+        by_job = await push(client, uniqueKey="b")
+        await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="a")
+        await client.call("RemoveJobDeduplicationKey", id=by_job)
+        for job_id in (by_key, by_job):
+            assert (await client.call("GetJob", id=job_id))["job"]["uniqueKey"] is None
+    async with broker.running() as connect:
+        client = await connect()
+        assert await push(client, uniqueKey="a") != by_key
+        assert await push(client, uniqueKey="b") != by_job
+        for job_id in (by_key, by_job):
+            assert (await client.call("GetJob", id=job_id))["job"]["uniqueKey"] is None
 
 
 async def test_queue_limits_and_dlq_stats(client: FrameClient) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 
 from broker.app import App
+from broker.engine.keys import DEBOUNCE, UNIQUE, KeyRegistry
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
 
@@ -103,3 +104,31 @@ async def test_draining_a_queue_ends_its_untimed_debounces(client: FrameClient) 
     assert (await client.call("Drain", queue="q"))["count"] == 2
     second = await push(client, debounceId="d")
     assert second != first and await state_of(client, second) == "waiting"
+
+
+def test_a_hold_ends_at_its_expiry_and_is_freed_only_by_its_holder() -> None:
+    keys = KeyRegistry()
+    timed, untimed = (UNIQUE, "q", "t"), (DEBOUNCE, "q", "u")
+    keys.take(timed, "a", 1000.0)
+    keys.take(untimed, "b")
+    assert (keys.owner(timed, 999.5), keys.owner(untimed, 1e18)) == ("a", "b")
+    assert keys.owner(timed, 1000.0) is None and len(keys) == 1  # dropped when looked up
+    keys.take(timed, "a", 2000.0)
+    keys.free(timed, "a", only_untimed=True)  # a timed hold outlives its job
+    keys.free(untimed, "other")
+    assert (keys.owner(timed, 0), keys.owner(untimed, 0)) == ("a", "b")
+    keys.free(timed, "a")
+    keys.free(untimed, "b", only_untimed=True)
+    assert (keys.owner(timed, 0), keys.owner(untimed, 0), len(keys)) == (None, None, 0)
+
+
+def test_a_hold_timer_drops_only_the_hold_it_was_set_for() -> None:
+    keys = KeyRegistry()
+    key = (UNIQUE, "q", "k")
+    keys.take(key, "a", 1000.0)
+    keys.take(key, "a", 3000.0)  # extended: the first timer is stale
+    keys.expire(key, "a", 1000.0)
+    keys.expire(key, "b", 3000.0)
+    assert keys.owner(key, 2000.0) == "a"
+    keys.expire(key, "a", 3000.0)
+    assert len(keys) == 0

@@ -125,3 +125,31 @@ def test_jobs_with_the_same_priority_share_one_heap_key_from_the_first() -> None
     engine.execute(pulled, decode_command(msgspec.msgpack.encode(
         {"cmd": "PULLB", "queue": "q", "count": 4})), EPOCH_MS)  # fmt: skip
     assert [job["priority"] for job in pulled.jobs()] == [7, 7, 0, -2]
+
+
+def test_an_option_property_made_afresh_reads_the_options_and_writes_a_changed_copy() -> None:
+    # The properties are installed on Job at import; making one again (as a new broker
+    # process does) must give the same reading and copy-on-write behaviour.
+    priority = model._option_property("priority")
+    one, other = (model.Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b"))
+    assert priority.__get__(one) == 0 and one.opts is other.opts
+    priority.__set__(one, 4)
+    assert (priority.__get__(one), priority.__get__(other)) == (4, 0)
+    assert one.opts.max_attempts == other.opts.max_attempts == 3  # the rest of the set is kept
+    assert other.opts is model.DEFAULT_OPTIONS
+    assert priority.__doc__ == "The job's `priority` option (see Options)."
+
+
+def test_rare_fields_given_at_their_default_take_no_room_in_the_job() -> None:
+    # A stored row names every field: loading a job that never ran must not give it the
+    # per-instance dict that only jobs with a rare field of their own pay for.
+    fields = {"attempts": 0, "progress": 0, "logs": None, "late_open": False, "lock_ttl": 0}
+    fresh = model.Job("a", "q", "n", b"\x01", EPOCH_MS, EPOCH_MS, **fields)
+    assert vars(fresh) == {}
+    ran = model.Job("b", "q", "n", b"\x01", EPOCH_MS, EPOCH_MS, **{**fields, "attempts": 2})
+    assert vars(ran) == {"attempts": 2}
+
+
+def test_a_job_shows_its_id_queue_name_and_state_and_not_its_data() -> None:
+    job = model.Job("b", "q", "n", b"\x01", EPOCH_MS, EPOCH_MS)
+    assert repr(job) == "Job(id='b', queue='q', name='n', state='waiting')"

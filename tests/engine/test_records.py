@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import msgspec
+import pytest
 
 from broker.engine import records
-from broker.engine.model import Job
+from broker.engine.model import OPTION_FIELDS, Job
 from broker.engine.records import PERSISTED, job_from_row, job_to_row
 from store import JobRow
 from tests.conftest import EPOCH_MS
@@ -47,16 +49,17 @@ def test_a_changed_option_is_stored_not_the_block_encoded_before() -> None:
     assert (loaded.priority, loaded.max_attempts) == (9, 5)
 
 
-def test_rows_stay_right_past_the_options_cache_size() -> None:
+def test_rows_of_a_fresh_writer_stay_right_past_the_options_cache_size() -> None:
+    to_row = records._row_builder()  # compiled afresh, as a new broker process does
     jobs = [new_job(f"j{n}") for n in range(records.OPTIONS_CACHE_SIZE + 10)]
     for n, job in enumerate(jobs):
         job.custom_id = f"j{n}"  # options of its own, one cache entry each
-        job_to_row(job)
+        to_row(job)
     assert len(records._OPTIONS_ENCODED) <= records.OPTIONS_CACHE_SIZE
     for job in (jobs[0], jobs[-1]):
-        loaded, _ = job_from_row(job_to_row(job))
+        loaded, _ = job_from_row(to_row(job))
         assert loaded.custom_id == job.custom_id
-        assert_body_lists_every_field(job)
+        assert_body_lists_every_field(job, to_row)
 
 
 def test_the_row_writer_and_reader_compiled_afresh_store_and_load_every_field() -> None:
@@ -85,3 +88,74 @@ def test_a_repeat_updated_in_place_is_stored_as_it_is_now() -> None:
     job.opts.repeat["nextCreated"] = True  # as Pulls does when the job starts
     loaded, _ = job_from_row(job_to_row(job))
     assert loaded.repeat == {"every": 1000, "count": 0, "nextCreated": True}
+
+
+OPTIONS = tuple(name for name, _ in OPTION_FIELDS)
+OTHERS = tuple(name for name in PERSISTED if name not in OPTIONS)
+
+
+def test_a_row_writer_for_another_layout_encodes_that_layout() -> None:
+    # The smallest layout whose row still has a 3-byte array header: 16 items with the options
+    # counted as one (the format, `held`, one field, the options, 12 fields).
+    layout = (OTHERS[0], *OPTIONS, *OTHERS[1:13])
+    job = new_job("j")
+    job.priority, job.attempts = 3, 2
+    body = msgspec.msgpack.decode(records._row_builder(layout)(job).body)
+    values = [list(v) if isinstance(v, tuple) else v for v in map(job.__getattribute__, layout)]
+    assert body == [records.FORMAT, False, *values]
+
+
+@pytest.mark.parametrize(
+    ("layout", "error"),
+    [
+        ((OTHERS[0], *OPTIONS, *OTHERS[1:12]), "the row's array header is no longer 3 bytes"),
+        (
+            (*OTHERS[:4], *OPTIONS[:5], OTHERS[4], *OPTIONS[5:], *OTHERS[5:]),
+            "the options are no longer one block of PERSISTED",
+        ),
+    ],
+)
+def test_a_layout_the_row_writer_cannot_encode_is_refused_when_it_is_built(
+    layout: tuple[str, ...], error: str
+) -> None:
+    with pytest.raises(RuntimeError, match=f"^{re.escape(error)}: see records.py$"):
+        records._row_builder(layout)
+
+
+def test_jobs_loaded_with_the_same_options_share_them_as_pushed_jobs_do() -> None:
+    build = records._job_builder()
+    one, other = new_job("one"), new_job("other")
+    one.priority = other.priority = 4
+    loaded = [build(msgspec.msgpack.decode(job_to_row(job).body)) for job in (one, other)]
+    assert loaded[0].opts is loaded[1].opts
+    assert loaded[0].priority == 4 and vars(loaded[0]) == {}
+
+
+def test_a_row_of_an_unknown_format_is_refused_naming_the_job() -> None:
+    body = msgspec.msgpack.decode(job_to_row(new_job("j")).body)
+    row = JobRow("j", "q", "waiting", msgspec.msgpack.encode([records.FORMAT + 1, *body[1:]]))
+    with pytest.raises(ValueError, match=f"^job j: unknown row format {records.FORMAT + 1}$"):
+        job_from_row(row)
+
+
+def test_a_failure_inside_the_compiled_row_code_names_which_function_it_was() -> None:
+    compiled = [
+        (records._row_builder(), "<trioq job row>"),
+        (records._job_builder(), "<trioq job from row>"),
+        (records._options_encoder(["priority"]), "<trioq options block>"),
+    ]
+    for function, filename in compiled:
+        with pytest.raises((AttributeError, TypeError)) as failure:
+            function(None)
+        assert failure.traceback[-1].frame.code.raw.co_filename == filename
+
+
+def test_a_layout_too_long_for_a_3_byte_array_header_is_refused() -> None:
+    # An array of up to 65535 items has a 3-byte header: the row (the format, `held`, then
+    # every field) may hold 65535 items, not one more. Made-up fields: nothing is loaded.
+    made_up = (f"field{n}" for n in range(2**16 - 1 - 2 - 1 - len(OPTIONS)))
+    longest = (OTHERS[0], *OPTIONS, *made_up)
+    assert len(longest) + 2 == 2**16 - 1
+    records._row_builder(longest)
+    with pytest.raises(RuntimeError, match=r"^the row's array header is no longer 3 bytes"):
+        records._row_builder((*longest, "one_more"))

@@ -104,3 +104,15 @@ async def test_the_next_occurrence_keeps_the_jobs_options_but_not_its_ids(
                 "lifo", "removeOnFail", "groupMaxSize", "sizeLimit"):  # fmt: skip
         assert (key, second[key]) == (key, first[key])
     assert (second["priority"], second["tags"]) == (5, ["nightly"])
+
+
+async def test_the_next_occurrence_is_made_when_the_job_starts_and_says_so(
+    client: FrameClient, autojump_clock
+) -> None:
+    await push(client, repeat={"every": 60_000})
+    await trio.sleep(0.25)
+    first = await pull_job(client)
+    (next_one,) = (await client.call("GetJobs", queue="q", state="delayed"))["jobs"]
+    made = first["startedAt"]
+    assert (next_one["createdAt"], next_one["lastHeartbeat"]) == (made, made)
+    assert next_one["runAt"] == first["runAt"] + 60_000

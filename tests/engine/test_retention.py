@@ -4,6 +4,7 @@ is judged by its latest finish, not by the one before."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,6 +13,9 @@ import trio
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
+from broker.engine.model import Job
+from broker.engine.retention import Retention, expire_retained, mark_finished
+from broker.engine.timers import TimerWheel
 from tests.conftest import EPOCH_MS, memory_connector
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
@@ -125,3 +129,53 @@ async def test_a_dead_letter_age_set_later_counts_from_the_failure(
     assert await state_of(client, job_id) == "failed"
     await trio.sleep(0.001)  # 10 s after it failed, not 10 s after the setting
     assert await state_of(client, job_id) == "unknown"
+
+
+def test_compacting_keeps_the_current_entries_and_counts_none_stale() -> None:
+    # `stale` decides when the next compaction comes (housekeeping.py): it must start again
+    # from the truth, no entry stale, or a small retention would be compacted for nothing.
+    retention = Retention("completed", math.inf, math.inf)
+    jobs = [Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b", "c")]
+    for job in jobs:
+        job.state = "completed"
+        mark_finished(job)
+        retention.add(job, EPOCH_MS)
+    jobs[1].state = "waiting"  # retried: its entry no longer describes it
+    retention.stale = 1
+    retention.compact()
+    assert [job.id for _, _, job in retention.entries] == ["a", "c"]
+    stale = sum(not retention.current(entry) for entry in retention.entries)
+    assert retention.stale == stale == 0
+
+
+class Forgets:
+    """What `expire_retained` needs of EngineState, keeping the tallies as EngineState does:
+    a forgotten job leaves the state (one fewer counted) and leaves its entry stale."""
+
+    def __init__(self, retention: Retention) -> None:
+        self.wheel = TimerWheel()
+        self.retention = retention
+        self.forgotten: list[str] = []
+
+    def forget(self, job: Job) -> None:
+        """Drop the job, as EngineState.forget would."""
+        job.state = "unknown"
+        self.retention.count -= 1
+        self.retention.stale += 1
+        self.forgotten.append(job.id)
+
+
+def test_expiring_counts_the_stale_entries_it_passes_over() -> None:
+    retention = Retention("completed", 1, math.inf)
+    jobs = [Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b", "c")]
+    for job in jobs:
+        job.state = "completed"
+        mark_finished(job)
+        retention.add(job, EPOCH_MS)
+    jobs[0].state = "waiting"  # retried: its entry is stale, and the job no longer counted
+    retention.count, retention.stale = 2, 1
+    state = Forgets(retention)
+    expire_retained(state, retention, EPOCH_MS)
+    assert state.forgotten == ["b"]  # over the count of 1; the stale entry forgets nothing
+    assert [job.id for _, _, job in retention.entries] == ["c"]
+    assert retention.stale == 0 and retention.count == 1

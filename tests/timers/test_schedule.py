@@ -96,3 +96,67 @@ def test_an_interval_below_a_millisecond_runs_at_most_once_a_millisecond() -> No
     # the broker at the timer and again at every restart.
     assert next_every(5e-324, 5000, 9300) == 9301
     assert next_every(1e-300, 5000, 5000) == 5001
+
+
+def test_an_interval_time_equal_to_now_is_already_past() -> None:
+    assert next_every(1000, 5000, 6000) == 7000
+    assert next_every(1000, 5000, 5999) == 6000
+
+
+def test_a_pattern_whose_last_year_has_passed_never_fires_again() -> None:
+    assert next_fire("0 0 1 1 * 0 2020", None, ms(2026, 1, 1, 0, 0)) == float("inf")
+    now = ms(2026, 1, 1, 0, 0)
+    assert next_occurrence({"pattern": "0 0 1 1 * 0 2020"}, now, now) is None
+    assert first_occurrence({"pattern": "0 0 1 1 * 0 2020"}, now) is None
+
+
+def test_a_limit_counts_the_occurrences_made_from_none() -> None:
+    # A repeat's first occurrence carries no count: it is the first of `limit`.
+    assert next_occurrence({"every": 1000, "limit": 2}, 5000, 5000) == 6000
+    assert next_occurrence({"every": 1000, "limit": 1}, 5000, 5000) is None
+
+
+def test_a_pattern_runs_next_after_now_when_the_previous_run_is_long_past() -> None:
+    previous, now = ms(2026, 1, 1, 10, 0), ms(2026, 1, 1, 13, 20)
+    assert next_occurrence({"pattern": "0 * * * *"}, previous, now) == ms(2026, 1, 1, 14, 0)
+    # ...and after the previous run when that is later than now (a job started early)
+    assert next_occurrence({"pattern": "0 * * * *"}, now, previous) == ms(2026, 1, 1, 14, 0)
+
+
+def test_a_schedule_without_pattern_or_interval_has_no_next_occurrence() -> None:
+    assert next_occurrence({"limit": 5}, 5000, 5000) is None
+
+
+def test_an_occurrence_before_the_start_date_moves_to_the_start() -> None:
+    cron = {"pattern": "0 * * * *", "startDate": ms(2026, 1, 1, 15, 30), "immediately": True}
+    assert next_occurrence(cron, ms(2026, 1, 1, 10, 0), ms(2026, 1, 1, 10, 0)) == ms(
+        2026, 1, 1, 16, 0
+    )
+    interval = {"every": 1000, "startDate": 9000}
+    assert next_occurrence(interval, 5000, 5000) == 9000
+    assert next_occurrence({**interval, "startDate": 6000}, 5000, 5000) == 6000
+
+
+def test_an_occurrence_at_the_end_date_still_runs() -> None:
+    assert next_occurrence({"every": 1000, "endDate": 6000}, 5000, 5000) == 6000
+    assert next_occurrence({"every": 1000, "endDate": 5999}, 5000, 5000) is None
+    assert first_occurrence({"every": 1000, "endDate": 5000}, 5000) == 5000
+
+
+def test_the_first_occurrence_of_a_pattern_may_be_at_its_start() -> None:
+    on_the_hour = ms(2026, 1, 1, 10, 0)
+    assert first_occurrence({"pattern": "0 * * * *"}, on_the_hour) == on_the_hour
+    assert first_occurrence({"pattern": "0 * * * *", "startDate": on_the_hour}, 0) == on_the_hour
+    assert first_occurrence({"every": 1000, "startDate": None}, 1234) == 1234
+
+
+def test_an_interval_started_early_keeps_its_schedule() -> None:
+    # A delayed occurrence promoted before its time: the next one is still an interval after
+    # the time it was scheduled for, not at that time again.
+    assert next_every(1000, 5000, 4500) == 6000
+    assert next_every(1000, 5000, 2000) == 6000
+
+
+def test_the_first_occurrence_of_a_pattern_is_never_before_its_start() -> None:
+    just_after = ms(2026, 1, 1, 10, 0) + 1
+    assert first_occurrence({"pattern": "0 * * * *"}, just_after) == ms(2026, 1, 1, 11, 0)
