@@ -61,7 +61,7 @@ from .model import (
     uuid7,
 )
 from .queues import QueueState
-from .retention import Retention, expire_retained, mark_finished, retain
+from .retention import Retention, expire_retained, mark_finished, next_finish, retain
 from .sink import ReplySink
 from .telemetry import QueueTelemetry
 from .timers import TimerWheel
@@ -620,12 +620,16 @@ class EngineState:
             job.lock_owner = None  # a rare field (model.py): only a leased job has one set
         holder = job.holder
         if holder is not None:
-            held = self.holdings.get(holder)
-            if held is not None:
-                held.discard(job.id)
-                if not held:  # an HTTP request never disconnects: drop its entry now
-                    del self.holdings[holder]
-            job.holder = None
+            self._release(holder, job)
+
+    def _release(self, holder: ReplySink, job: Job) -> None:
+        """The job is no longer bound to the connection that pulled it."""
+        held = self.holdings.get(holder)
+        if held is not None:
+            held.discard(job.id)
+            if not held:  # an HTTP request never disconnects: drop its entry now
+                del self.holdings[holder]
+        job.holder = None
 
     def requeue_holdings(self, sink: ReplySink, now: float) -> None:
         """A connection went: the jobs it pulled without a lease and did not settle are
@@ -667,6 +671,69 @@ class EngineState:
             self.events.append(("completed", job, {}))
         if self.dependents:
             self._unblock_dependents(job, now)
+
+    def complete_many(self, jobs: list[Job], results: list[Any], now: float) -> None:
+        """ACKB: `complete` each of `jobs` (active, distinct) with its result, in order, with
+        what `complete` repeats per job done once: a plain job (no key, group or lease, not
+        removed on completion) is settled inline, the totals and minute counts of the batch
+        are added at its end, and retention's caps are applied once, after the batch (it
+        forgets the same oldest jobs as one job at a time would)."""
+        retention = self.completed
+        entries = retention.entries
+        queues = self.queues
+        changed = self.changed if self.tracking else None
+        finished = self.finished.append
+        on_complete = self.on_complete
+        events = self.events if self.emitting else None
+        moment = self.now
+        settled: dict[str, int] = {}  # jobs settled inline, per queue
+        for job, result in zip(jobs, results, strict=True):
+            opts = job.opts
+            if (
+                opts.group_id is not None
+                or opts.unique_key is not None
+                or opts.debounce_id is not None
+                or opts.remove_on_complete
+                or job.lock_token is not None
+                or not job.timeline
+            ):
+                self.complete(job, now, result, opts.remove_on_complete)
+                continue
+            holder = job.holder
+            if holder is not None:  # `_end_activity`, inline
+                self._release(holder, job)
+            job.completed_at = now
+            job.result = result
+            job.progress = 100
+            # `_enter(job, COMPLETED)` for an active job of no group, inline.
+            name = job.queue
+            counts = queues[name].counts
+            counts[ACTIVE] -= 1
+            job.state = COMPLETED
+            timeline = job.timeline
+            if timeline[-TIMELINE_ENTRY] != COMPLETED and len(timeline) < TIMELINE_FULL:
+                job.timeline = (*timeline, COMPLETED, moment, None)
+            else:
+                self._record(job, COMPLETED, None)
+            counts[COMPLETED] += 1
+            retention.count += 1
+            if changed is not None:
+                changed[job.id] = job
+            finished(job)
+            job.retained_seq = seq = next_finish()  # `mark_finished`
+            entries.append((now, seq, job))  # `retain`, its caps applied after the batch
+            settled[name] = settled.get(name, 0) + 1
+            if on_complete is not None and job.started_at is not None:
+                on_complete(now - job.started_at)
+            if events is not None:
+                events.append(("completed", job, {}))
+            if self.dependents:
+                self._unblock_dependents(job, now)
+        for name, count in settled.items():
+            self.totals["completed"] += count
+            self.telemetry.record(name, COMPLETED, now, count)
+        if settled:
+            expire_retained(self, retention, now)
 
     def retry(self, job: Job, now: float) -> None:
         """FAIL with attempts left: back to delayed after the backoff."""

@@ -1,0 +1,131 @@
+"""ACKB settles a batch the way ACKs one at a time would: every job's result, state, events,
+metrics and minute counts, jobs with keys, groups and leases among plain ones, and the
+completed jobs' cap applied to the whole batch (in-memory connections)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from tests.conftest import EPOCH_MS, Connect, memory_connector
+from tests.engine.test_events import drain
+from tests.engine.test_push_pull import push, state_of
+from tests.support.client import FrameClient
+
+
+async def pushed_and_pulled(client: FrameClient, *options: dict[str, object]) -> list[str]:
+    """Push one job per `options` (in order), then pull them all in one PULLB."""
+    ids = [await push(client, data=index, **fields) for index, fields in enumerate(options)]
+    reply = await client.call("PULLB", queue="q", count=len(ids))
+    assert [job["id"] for job in reply["jobs"]] == ids
+    return ids
+
+
+async def test_ackb_completes_plain_keyed_grouped_and_leased_jobs_alike(
+    client: FrameClient, app: App
+) -> None:
+    assert app.actor is not None
+    events = app.actor.bus.subscribe(["job:completed"])
+    plain = await push(client)
+    keyed = await push(client, uniqueKey="k")
+    grouped = await push(client, group={"id": "g"})
+    leased_reply = await client.call("PULL", queue="q", owner="w")  # the plain job, leased
+    assert leased_reply["job"]["id"] == plain
+    rest = await client.call("PULLB", queue="q", count=2)
+    tail = await push(client)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == tail
+    ids = [keyed, plain, grouped, tail]
+    reply = await client.call(
+        "ACKB", ids=ids, tokens=[None, leased_reply["token"], None, None], results=[1, 2, 3, 4]
+    )
+    assert reply["ok"] is True and "data" not in reply
+    assert [job["id"] for job in rest["jobs"]] == [keyed, grouped]
+    assert [await state_of(client, job_id) for job_id in ids] == ["completed"] * 4
+    results = [(await client.call("GetResult", id=job_id))["result"] for job_id in ids]
+    assert results == [1, 2, 3, 4]
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["active"], counts["completed"]) == (0, 4)
+    assert drain(events) == [("job:completed", job_id) for job_id in ids]
+    assert (await client.call("PUSH", queue="q", data={}, uniqueKey="k"))["ok"] is True  # freed
+
+
+async def test_ackb_counts_every_job_in_the_totals_metrics_and_minute_counts(
+    client: FrameClient, app: App
+) -> None:
+    await pushed_and_pulled(client, {}, {}, {"group": {"id": "g"}})
+    ids = [job_id async for job_id in _active_ids(client)]
+    assert (await client.call("ACKB", ids=ids))["ok"] is True
+    await client.call("ACK", id=await _one_more(client))
+    totals = (await client.call("Metrics"))["metrics"]
+    assert totals["totalCompleted"] == 4
+    per_minute = (await client.call("Metrics", queue="q", type="completed"))["data"]
+    assert (per_minute["data"], per_minute["meta"]["count"]) == ([4], 4)
+    assert per_minute["meta"]["prevCount"] == 4
+    text = (await client.call("Prometheus"))["data"]["metrics"]
+    assert re.search(r"^trioq_processing_seconds_count 4(\.0)?$", text, re.M)
+
+
+async def _active_ids(client: FrameClient) -> AsyncIterator[str]:
+    for job in (await client.call("GetJobs", queue="q", state="active"))["jobs"]:
+        yield job["id"]
+
+
+async def _one_more(client: FrameClient) -> str:
+    job_id = await push(client)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+    return job_id
+
+
+async def test_ackb_releases_the_connection_that_pulled_the_jobs(
+    app: App, connect: Connect
+) -> None:
+    worker, producer = await connect(), await connect()
+    ids = [await push(producer) for _ in range(3)]
+    await worker.call("PULLB", queue="q", count=3)
+    assert (await worker.call("ACKB", ids=ids))["ok"] is True
+    assert app.actor is not None
+    assert app.actor.engine.state.holdings == {}
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert [await state_of(producer, job_id) for job_id in ids] == ["completed"] * 3
+
+
+async def test_ackb_ignores_a_repeated_id_and_a_removed_job_and_settles_the_rest(
+    client: FrameClient,
+) -> None:
+    first, removed, last = await pushed_and_pulled(client, {}, {"removeOnComplete": True}, {})
+    reply = await client.call("ACKB", ids=[first, removed, first, last, removed])
+    assert reply["data"] == {"ignoredIds": [first, removed], "ignoredIndices": [2, 4]}
+    assert [await state_of(client, job_id) for job_id in (first, removed, last)] == [
+        "completed", "unknown", "completed",
+    ]  # fmt: skip
+    assert (await client.call("GetResult", id=last))["result"] is None
+
+
+@pytest.fixture
+async def keeping_two(nursery: trio.Nursery) -> AsyncIterator[FrameClient]:
+    """A broker keeping 2 completed jobs."""
+    config = Config(port=0, http_port=0, memory=True, keep_completed=2)
+    app = App(config, clock=Clock(EPOCH_MS))
+    await nursery.start(app.run)
+    yield await memory_connector(app, nursery)()
+    app.shutdown()
+
+
+async def test_an_ackb_past_the_completed_cap_keeps_the_newest(keeping_two: FrameClient) -> None:
+    done = await pushed_and_pulled(keeping_two, {})
+    await keeping_two.call("ACK", id=done[0])
+    ids = await pushed_and_pulled(keeping_two, {}, {}, {})
+    assert (await keeping_two.call("ACKB", ids=ids, results=["a", "b", "c"]))["ok"] is True
+    states = [await state_of(keeping_two, job_id) for job_id in [*done, *ids]]
+    assert states == ["unknown", "unknown", "completed", "completed"]
+    counts = (await keeping_two.call("GetJobCounts", queue="q"))["counts"]
+    assert counts["completed"] == 2
+    assert (await keeping_two.call("GetResult", id=ids[2]))["result"] == "c"
