@@ -493,6 +493,78 @@ class EngineState:
         self.wheel.schedule(job.lock_expires_at, LEASE, job, token)
         return token
 
+    def claim_many(
+        self,
+        queue: QueueState,
+        jobs: list[Job],
+        now: float,
+        owner: str | None,
+        lock_ttl: float,
+        holder: ReplySink | None = None,
+    ) -> list[str | None]:
+        """`claim` each of `jobs`, just popped from `queue`'s heap, in order; returns their
+        tokens. What is the same for all of them is looked up once, and a plain job (no group,
+        debounce key, processing timeout or stall check, its timeline below the cap) is
+        claimed inline: a PULLB claims up to 1000."""
+        tokens: list[str | None] = []
+        counts = queue.counts
+        held = None
+        if holder is not None:
+            held = self.holdings.get(holder)
+            if held is None:
+                held = self.holdings[holder] = set()
+        changed = self.changed if self.tracking and holder is None else None
+        on_start = self.on_start
+        events = self.events if self.emitting else None
+        moment = self.now
+        stalls = bool(queue.stall_config)
+        started = 0
+        for job in jobs:
+            opts = job.opts
+            timeline = job.timeline
+            if (
+                opts.group_id is not None
+                or opts.debounce_id is not None
+                or opts.timeout  # (only a processing timeout leaves a job `late_open`)
+                or opts.stall_timeout is not None
+                or stalls
+                or len(timeline) >= TIMELINE_FULL
+            ):
+                tokens.append(self.claim(job, now, owner, lock_ttl, holder))
+                continue
+            if held is not None:
+                job.holder = holder
+                held.add(job.id)
+            # `_enter(job, ACTIVE)`: a popped job left its heap entry behind (no stale one),
+            # and its timeline ends with the ready state it leaves.
+            counts[job.state] -= 1
+            job.state = ACTIVE
+            job.timeline = (*timeline, ACTIVE, moment, None)
+            counts[ACTIVE] += 1
+            if changed is not None:
+                changed[job.id] = job
+            job.started_at = now
+            job.last_heartbeat = now
+            # No `arm_timeout`: nothing to arm, and `activation` only tells the timers it arms
+            # for one claim from a later claim's.
+            started += 1
+            if on_start is not None:
+                on_start(now - job.run_at)
+            if events is not None:
+                events.append(("active", job, {}))
+            if owner is None:
+                tokens.append(None)
+                continue
+            token = uuid7()
+            job.lock_token = token
+            job.lock_owner = owner
+            job.lock_ttl = lock_ttl
+            job.lock_expires_at = now + lock_ttl
+            self.wheel.schedule(job.lock_expires_at, LEASE, job, token)
+            tokens.append(token)
+        self.totals["pulled"] += started
+        return tokens
+
     def renew_lease(self, job: Job, now: float, ttl: float) -> None:
         """Extend an active job's lease to `now + ttl` (a ttl of 0 or less ends it now)."""
         job.lock_ttl = ttl

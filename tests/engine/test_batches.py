@@ -1,6 +1,7 @@
-"""ACKB settles a batch the way ACKs one at a time would: every job's result, state, events,
-metrics and minute counts, jobs with keys, groups and leases among plain ones, and the
-completed jobs' cap applied to the whole batch (in-memory connections)."""
+"""PULLB claims, and ACKB settles, a batch the way PULL and ACK one job at a time would: every
+job's state, timeline, lease, events, metrics and minute counts, jobs with keys, groups,
+timeouts and leases among plain ones, and the completed jobs' cap applied to the whole batch
+(in-memory connections, MockClock)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ async def pushed_and_pulled(client: FrameClient, *options: dict[str, object]) ->
 
 
 async def test_ackb_completes_plain_keyed_grouped_and_leased_jobs_alike(
-    client: FrameClient, app: App
+    client: FrameClient, app: App, autojump_clock: object
 ) -> None:
     assert app.actor is not None
     events = app.actor.bus.subscribe(["job:completed"])
@@ -54,6 +55,9 @@ async def test_ackb_completes_plain_keyed_grouped_and_leased_jobs_alike(
     assert (counts["active"], counts["completed"]) == (0, 4)
     assert drain(events) == [("job:completed", job_id) for job_id in ids]
     assert (await client.call("PUSH", queue="q", data={}, uniqueKey="k"))["ok"] is True  # freed
+    job = (await client.call("GetJob", id=tail))["job"]
+    assert (job["progress"], job["completedAt"]) == (100, EPOCH_MS)
+    assert [entry["state"] for entry in job["timeline"]] == ["waiting", "active", "completed"]
 
 
 async def test_ackb_counts_every_job_in_the_totals_metrics_and_minute_counts(
@@ -129,3 +133,64 @@ async def test_an_ackb_past_the_completed_cap_keeps_the_newest(keeping_two: Fram
     counts = (await keeping_two.call("GetJobCounts", queue="q"))["counts"]
     assert counts["completed"] == 2
     assert (await keeping_two.call("GetResult", id=ids[2]))["result"] == "c"
+
+
+def prometheus_count(text: str, histogram: str) -> float:
+    match = re.search(rf"^{histogram}_count (\S+)$", text, re.M)
+    assert match is not None
+    return float(match[1])
+
+
+async def test_pullb_claims_plain_and_special_jobs_alike(
+    client: FrameClient, app: App, autojump_clock: object
+) -> None:
+    assert app.actor is not None
+    events = app.actor.bus.subscribe(["job:active"])
+    options = ({}, {"group": {"id": "g"}}, {"debounce": {"id": "d"}}, {"timeout": 500}, {})
+    ids = [await push(client, data=index, **fields) for index, fields in enumerate(options)]
+    await trio.sleep(0.25)
+    reply = await client.call("PULLB", queue="q", count=10, owner="w", lockTtl=1000)
+    assert [job["id"] for job in reply["jobs"]] == ids
+    assert len(set(reply["tokens"])) == 5 and None not in reply["tokens"]
+    assert {job["startedAt"] for job in reply["jobs"]} == {EPOCH_MS + 250}
+    assert {job["lastHeartbeat"] for job in reply["jobs"]} == {EPOCH_MS + 250}
+    assert [job["timeline"][-1]["state"] for job in reply["jobs"]] == ["active"] * 5
+    assert drain(events) == [("job:active", job_id) for job_id in ids]
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["waiting"], counts["active"]) == (0, 5)
+    assert (await client.call("Metrics"))["metrics"]["totalPulled"] == 5
+    text = (await client.call("Prometheus"))["data"]["metrics"]
+    assert prometheus_count(text, "trioq_push_to_start_seconds") == 5
+    assert (await client.call("ACKB", ids=ids[:1], tokens=["stale"]))["ok"] is False
+    await trio.sleep(0.5)  # the timeout job times out; the others hold their leases
+    assert [await state_of(client, job_id) for job_id in ids] == [
+        "active", "active", "active", "delayed", "active",
+    ]  # fmt: skip
+    await trio.sleep(0.5)  # the leases run out: back to waiting
+    assert await state_of(client, ids[0]) == "waiting"
+
+
+async def test_pullb_without_a_lease_binds_the_jobs_to_the_connection(
+    app: App, connect: Connect
+) -> None:
+    worker, producer = await connect(), await connect()
+    ids = [await push(producer) for _ in range(3)]
+    reply = await worker.call("PULLB", queue="q", count=2)
+    assert reply["jobs"][0]["id"] == ids[0] and "tokens" not in reply
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert [await state_of(producer, job_id) for job_id in ids] == ["waiting"] * 3
+    assert app.actor is not None
+    assert app.actor.engine.state.holdings == {}
+
+
+async def test_a_pullb_adds_a_repeating_jobs_next_occurrence_between_jobs(
+    client: FrameClient,
+) -> None:
+    first = await push(client)
+    repeating = await push(client, repeat={"every": 1000, "limit": 3})
+    last = await push(client)
+    reply = await client.call("PULLB", queue="q", count=10)
+    assert [job["id"] for job in reply["jobs"]] == [first, repeating, last]
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["active"], counts["delayed"]) == (3, 1)
