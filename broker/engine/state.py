@@ -227,7 +227,7 @@ class EngineState:
         if old in READY_STATES:
             if job.ready_seq >= 0:  # its heap entry stays behind, stale
                 queue.stale += 1
-                if worth_compacting(queue.stale, len(queue.ready)):
+                if worth_compacting(queue.stale, queue.entries()):
                     self.untidy.add(queue)
         elif old == COMPLETED:
             self.completed.count -= 1
@@ -677,7 +677,7 @@ class EngineState:
         for state, count in counts.items():
             queue.counts[state] -= count
         queue.stale += stale
-        if worth_compacting(queue.stale, len(queue.ready)):
+        if worth_compacting(queue.stale, queue.entries()):
             self.untidy.add(queue)
 
     def _note_stale_timers(self, stale: int) -> None:
