@@ -692,16 +692,12 @@ class EngineState:
             job.lock_owner = None  # a rare field (model.py): only a leased job has one set
         holder = job.holder
         if holder is not None:
-            self._release(holder, job)
-
-    def _release(self, holder: ReplySink, job: Job) -> None:
-        """The job is no longer bound to the connection that pulled it."""
-        held = self.holdings.get(holder)
-        if held is not None:
-            held.discard(job.id)
-            if not held:  # an HTTP request never disconnects: drop its entry now
-                del self.holdings[holder]
-        job.holder = None
+            held = self.holdings.get(holder)
+            if held is not None:
+                held.discard(job.id)
+                if not held:  # an HTTP request never disconnects: drop its entry now
+                    del self.holdings[holder]
+            job.holder = None
 
     def requeue_holdings(self, sink: ReplySink, now: float) -> None:
         """A connection went: the jobs it pulled without a lease and did not settle are
@@ -771,9 +767,8 @@ class EngineState:
             ):
                 self.complete(job, now, result, opts.remove_on_complete)
                 continue
-            holder = job.holder
-            if holder is not None:  # `_end_activity`, inline
-                self._release(holder, job)
+            if job.holder is not None:  # (no lease to end: see above)
+                self._end_activity(job)
             job.completed_at = now
             job.result = result
             job.progress = 100
