@@ -516,7 +516,7 @@ class EngineState:
         changed = self.changed if self.tracking and holder is None else None
         on_start = self.on_start
         events = self.events if self.emitting else None
-        moment = self.now
+        entry = (ACTIVE, self.now, None)  # what every job's timeline gains
         stalls = bool(queue.stall_config)
         started = 0
         for job in jobs:
@@ -539,7 +539,7 @@ class EngineState:
             # and its timeline ends with the ready state it leaves.
             counts[job.state] -= 1
             job.state = ACTIVE
-            job.timeline = (*timeline, ACTIVE, moment, None)
+            job.timeline = timeline + entry
             counts[ACTIVE] += 1
             if changed is not None:
                 changed[job.id] = job
@@ -753,8 +753,10 @@ class EngineState:
         finished = self.finished.append
         on_complete = self.on_complete
         events = self.events if self.emitting else None
-        moment = self.now
-        settled: dict[str, int] = {}  # jobs settled inline, per queue
+        dependents = self.dependents
+        entry = (COMPLETED, self.now, None)  # what every job's timeline gains
+        settled: list[str] = []  # the queue of each job settled inline
+        name, counts = "", {}  # the last job's queue and its counts
         for job, result in zip(jobs, results, strict=True):
             opts = job.opts
             if (
@@ -763,7 +765,6 @@ class EngineState:
                 or opts.debounce_id is not None
                 or opts.remove_on_complete
                 or job.lock_token is not None
-                or not job.timeline
             ):
                 self.complete(job, now, result, opts.remove_on_complete)
                 continue
@@ -772,14 +773,16 @@ class EngineState:
             job.completed_at = now
             job.result = result
             job.progress = 100
-            # `_enter(job, COMPLETED)` for an active job of no group, inline.
-            name = job.queue
-            counts = queues[name].counts
+            # `_enter(job, COMPLETED)` for an active job of no group, inline (an active job's
+            # timeline ends with its start).
+            if job.queue != name:
+                name = job.queue
+                counts = queues[name].counts
             counts[ACTIVE] -= 1
             job.state = COMPLETED
             timeline = job.timeline
-            if timeline[-TIMELINE_ENTRY] != COMPLETED and len(timeline) < TIMELINE_FULL:
-                job.timeline = (*timeline, COMPLETED, moment, None)
+            if len(timeline) < TIMELINE_FULL:
+                job.timeline = timeline + entry
             else:
                 self._record(job, COMPLETED, None)
             counts[COMPLETED] += 1
@@ -789,16 +792,17 @@ class EngineState:
             finished(job)
             job.retained_seq = seq = next_finish()  # `mark_finished`
             entries.append((now, seq, job))  # `retain`, its caps applied after the batch
-            settled[name] = settled.get(name, 0) + 1
+            settled.append(name)
             if on_complete is not None and job.started_at is not None:
                 on_complete(now - job.started_at)
             if events is not None:
                 events.append(("completed", job, {}))
-            if self.dependents:
+            if dependents:
                 self._unblock_dependents(job, now)
-        for name, count in settled.items():
+        for queue_name in set(settled):
+            count = settled.count(queue_name)
             self.totals["completed"] += count
-            self.telemetry.record(name, COMPLETED, now, count)
+            self.telemetry.record(queue_name, COMPLETED, now, count)
         if settled:
             expire_retained(self, retention, now)
 

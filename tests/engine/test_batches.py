@@ -194,3 +194,15 @@ async def test_a_pullb_adds_a_repeating_jobs_next_occurrence_between_jobs(
     assert [job["id"] for job in reply["jobs"]] == [first, repeating, last]
     counts = (await client.call("GetJobCounts", queue="q"))["counts"]
     assert (counts["active"], counts["delayed"]) == (3, 1)
+
+
+async def test_a_batch_keeps_a_long_timeline_at_its_cap(client: FrameClient) -> None:
+    job_id = await push(client)
+    for _ in range(10):  # waiting, then ten times active and back: 21 entries, 20 kept
+        assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+        assert (await client.call("MoveToWait", id=job_id))["ok"] is True
+    assert (await client.call("PULLB", queue="q", count=5))["jobs"][0]["id"] == job_id
+    assert (await client.call("ACKB", ids=[job_id]))["ok"] is True
+    timeline = (await client.call("GetJob", id=job_id))["job"]["timeline"]
+    assert len(timeline) == 20
+    assert [entry["state"] for entry in timeline[-3:]] == ["waiting", "active", "completed"]
