@@ -69,6 +69,7 @@ def _entry_head(state: str, with_error: bool) -> Raw:
 
 
 _ENTRY = {state: _entry_head(state, False) for state in COUNTED_STATES}
+_TWO_ENTRIES = 2 * TIMELINE_ENTRY
 _ENTRY_WITH_ERROR = {state: _entry_head(state, True) for state in COUNTED_STATES}
 
 
@@ -100,7 +101,8 @@ def _option_pieces(opts: Options) -> tuple[Raw, Raw, Raw]:
 
 def _add_job(parts: list[Any], job: Job) -> None:
     """Append the pieces of one job's map to `parts`."""
-    first, second, third = option_pieces(job.opts)
+    opts = job.opts
+    first, second, third = opts.wire_pieces or option_pieces(opts)
     # A key is a plain str here: msgspec encodes a str faster than it copies a small Raw.
     parts += (
         _HEAD, job.id, "queue", job.queue, "name", job.name, "data", Raw(job.data),
@@ -110,6 +112,11 @@ def _add_job(parts: list[Any], job: Job) -> None:
         job.last_heartbeat, "stallCount", job.stall_count, third,
     )  # fmt: skip
     timeline = job.timeline
+    if len(timeline) == _TWO_ENTRIES and timeline[2] is None and timeline[5] is None:
+        # A pulled job's usual timeline (ready, then active), without the loop below.
+        parts += (_TIMELINE_HEADERS[2], _ENTRY[timeline[0]], timeline[1],
+                  _ENTRY[timeline[3]], timeline[4])  # fmt: skip
+        return
     entries = len(timeline) // TIMELINE_ENTRY
     parts.append(_TIMELINE_HEADERS[entries] if entries < 16 else Raw(_array_header(entries)))
     values = iter(timeline)
