@@ -185,13 +185,21 @@ async def test_pullb_without_a_lease_binds_the_jobs_to_the_connection(
 
 
 async def test_a_pullb_adds_a_repeating_jobs_next_occurrence_between_jobs(
-    client: FrameClient,
+    client: FrameClient, app: App
 ) -> None:
+    assert app.actor is not None
     first = await push(client)
     repeating = await push(client, repeat={"every": 1000, "limit": 3})
     last = await push(client)
+    events = app.actor.bus.subscribe(["job:*"], queue="q")
     reply = await client.call("PULLB", queue="q", count=10)
     assert [job["id"] for job in reply["jobs"]] == [first, repeating, last]
+    got = drain(events)
+    assert [event for event, _ in got] == [
+        "job:active", "job:active", "job:pushed", "job:delayed", "job:active",
+    ]  # fmt: skip
+    assert [job_id for _, job_id in got[:2]] == [first, repeating]
+    assert got[-1] == ("job:active", last)
     counts = (await client.call("GetJobCounts", queue="q"))["counts"]
     assert (counts["active"], counts["delayed"]) == (3, 1)
 
