@@ -52,9 +52,7 @@ class FastHistogram:
     def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
         self.name = name
         self.documentation = documentation
-        # Floats: bisecting a float among floats skips the mixed int/float comparison (~half
-        # of an observation's cost with the bounds 1, 5, 10...).
-        self.bounds = [float(bound) for bound in buckets]
+        self.bounds = list(buckets)
         self.counts = [0] * (len(buckets) + 1)
         self.total = 0.0
 

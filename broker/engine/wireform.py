@@ -53,9 +53,9 @@ def _pairs(names: Sequence[str], values: Sequence[Any]) -> bytes:
     return b"".join(_key(name) + encode(value) for name, value in zip(names, values, strict=True))
 
 
-JOB_BYTES = 800
+JOB_BYTES = 1024
 """Room reserved per job in a PULLB reply besides its data: a job with default options and a
-short timeline takes about 760 bytes (a reply that needs more grows its buffer once or twice)."""
+short timeline takes about 750 bytes (a reply that needs more grows its buffer once or twice)."""
 JOB_HEADER = Raw(_map_header(_KEY_COUNT))
 # A job's map starts with its header and the key "id", the same for every job.
 _HEAD = Raw(bytes(JOB_HEADER) + _key("id"))
