@@ -84,13 +84,8 @@ class App:
         config = self.config
         metrics = Metrics(actor.engine.state, lambda: len(tcp.connections), role)
         # The histograms' own methods: one call per job, not two (`job_started` calls it).
-        state = actor.engine.state
-        state.on_start, state.on_starts = (
-            metrics.push_to_start.observe_ms, metrics.push_to_start.observe_all_ms
-        )
-        state.on_complete, state.on_completes = (
-            metrics.processing.observe_ms, metrics.processing.observe_all_ms
-        )
+        actor.engine.state.on_start = metrics.push_to_start.observe_ms
+        actor.engine.state.on_complete = metrics.processing.observe_ms
         actor.on_pass = metrics.pass_commands.observe
         engine = actor.engine
         engine.prometheus = lambda: metrics.render().decode()  # the Prometheus command

@@ -68,17 +68,6 @@ class FastHistogram:
         self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
         self.total += seconds
 
-    def observe_all_ms(self, took_ms: list[float]) -> None:
-        """`observe_ms` for each duration of a batch (PULLB's starts, ACKB's completions),
-        in one call; the sum adds them in the same order, to the same total."""
-        counts, bounds, bucket = self.counts, self.bounds, bisect.bisect_left
-        total = self.total
-        for value in took_ms:
-            seconds = value / 1000 if value > 0 else 0.0
-            counts[bucket(bounds, seconds)] += 1
-            total += seconds
-        self.total = total
-
     def family(self) -> HistogramMetricFamily:
         """The histogram as Prometheus wants it (cumulative buckets)."""
         cumulative, running = [], 0

@@ -116,12 +116,9 @@ class EngineState:
         self.changed_settings: set[str] = set()
         self.totals = {"pushed": 0, "pulled": 0, "completed": 0, "failed": 0}
         self.telemetry = QueueTelemetry()  # per-queue minute counts (Metrics {queue, type})
-        # Latency observers (metrics): called with ms waited before a start, ms of processing;
-        # the plural ones with a list of them, a batch's (set together with the singular ones).
+        # Latency observers (metrics): called with ms waited before a start, ms of processing.
         self.on_start: Any = None
         self.on_complete: Any = None
-        self.on_starts: Any = None
-        self.on_completes: Any = None
         # Job events of the pass, collected only while someone listens (see events.py).
         self.emitting = False
         self.events: list[tuple[str, Job, dict[str, Any]]] = []
@@ -517,10 +514,11 @@ class EngineState:
             if held is None:
                 held = self.holdings[holder] = set()
         changed = self.changed if self.tracking and holder is None else None
-        waits: list[float] = []  # for `on_starts`
+        on_start = self.on_start
         events = self.events if self.emitting else None
         entry = (ACTIVE, self.now, None)  # what every job's timeline gains
         stalls = bool(queue.stall_config)
+        started = 0
         for job in jobs:
             opts = job.opts
             timeline = job.timeline
@@ -549,7 +547,9 @@ class EngineState:
             job.last_heartbeat = now
             # No `arm_timeout`: nothing to arm, and `activation` only tells the timers it arms
             # for one claim from a later claim's.
-            waits.append(now - job.run_at)
+            started += 1
+            if on_start is not None:
+                on_start(now - job.run_at)
             if events is not None:
                 events.append(("active", job, {}))
             if owner is None:
@@ -562,9 +562,7 @@ class EngineState:
             job.lock_expires_at = now + lock_ttl
             self.wheel.schedule(job.lock_expires_at, LEASE, job, token)
             tokens.append(token)
-        self.totals["pulled"] += len(waits)
-        if waits and self.on_starts is not None:
-            self.on_starts(waits)
+        self.totals["pulled"] += started
         return tokens
 
     def renew_lease(self, job: Job, now: float, ttl: float) -> None:
@@ -753,7 +751,7 @@ class EngineState:
         queues = self.queues
         changed = self.changed if self.tracking else None
         finished = self.finished.append
-        took: list[float] = []  # for `on_completes`
+        on_complete = self.on_complete
         events = self.events if self.emitting else None
         dependents = self.dependents
         entry = (COMPLETED, self.now, None)  # what every job's timeline gains
@@ -795,8 +793,8 @@ class EngineState:
             job.retained_seq = seq = next_finish()  # `mark_finished`
             entries.append((now, seq, job))  # `retain`, its caps applied after the batch
             settled.append(name)
-            if job.started_at is not None:
-                took.append(now - job.started_at)
+            if on_complete is not None and job.started_at is not None:
+                on_complete(now - job.started_at)
             if events is not None:
                 events.append(("completed", job, {}))
             if dependents:
@@ -805,8 +803,6 @@ class EngineState:
             count = settled.count(queue_name)
             self.totals["completed"] += count
             self.telemetry.record(queue_name, COMPLETED, now, count)
-        if took and self.on_completes is not None:
-            self.on_completes(took)
         if settled:
             expire_retained(self, retention, now)
 
