@@ -757,6 +757,7 @@ class EngineState:
         on_complete = self.on_complete
         events = self.events if self.emitting else None
         dependents = self.dependents
+        holdings = self.holdings
         entry = (COMPLETED, self.now, None)  # what every job's timeline gains
         settled: list[str] = []  # the queue of each job settled inline
         name, counts = "", {}  # the last job's queue and its counts
@@ -771,8 +772,14 @@ class EngineState:
             ):
                 self.complete(job, now, result, opts.remove_on_complete)
                 continue
-            if job.holder is not None:  # (no lease to end: see above)
-                self._end_activity(job)
+            holder = job.holder
+            if holder is not None:  # `_end_activity` (no lease to end: see above), inline
+                held = holdings.get(holder)
+                if held is not None:
+                    held.discard(job.id)
+                    if not held:
+                        del holdings[holder]
+                job.holder = None
             job.completed_at = now
             job.result = result
             job.progress = 100
