@@ -406,7 +406,10 @@ class EngineActor:
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
         timers = state.wheel.heap  # `compact` may have replaced the list
-        if state.dirty_queues or state.finished or (timers and timers[0].at_ms <= now):
+        finished = state.finished
+        if finished and not engine.lifecycle.job_waiters:
+            finished.clear()  # `answer_job_waiters` with nobody waiting, inline (every ACK)
+        if state.dirty_queues or finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
         if state.untidy or state.purges or state.graveyard.lots:  # `housekeeping_due`, inline
             state.housekeep()

@@ -69,8 +69,7 @@ class QueueAdmin:
         queue = self.state.queues.pop(command.queue, None)
         self.state.telemetry.forget(command.queue)
         if queue is not None:
-            self.state.graveyard.bury(queue.ready)  # its entries go in slices with the jobs
-            queue.ready = []
+            self.state.graveyard.bury(queue.compact_ready())  # let go of in slices with the jobs
             self.state.changed_settings.add(queue.name)
             self.pulls.answer_empty(queue.waiters)
         self.state.purge_later(removed)

@@ -260,32 +260,47 @@ class JobCommands:
         return {"ok": True}
 
     def ack_batch(self, session: ReplySink, command: cmd.AckBatch, now: float) -> Reply:
-        """ACKB: every job and token checked before any job completes."""
+        """ACKB: every job and token checked before any job completes; the jobs no longer
+        active (a late settle, a repeated id) are ignored and reported."""
         ids: list[str] = command.ids
         tokens = command.tokens or [None] * len(ids)
-        results: list[Any] = command.results or [None] * len(ids)
         jobs = self.state.jobs
+        settling: list[Job | None] = []  # the job at each position, None where ignored
+        ignoring = False
         for job_id, token in zip(ids, tokens, strict=True):  # every position: a repeated
             job = jobs.get(job_id)  # id with one wrong token rejects the batch
-            if job is not None and token is None and job.state == ACTIVE and job.lock_token is None:
-                continue  # an active job without a lease, acked without a token: it passes
-            if not is_late(self.state, job_id, token):
-                active_job(self.state, job_id, token)
-        ignored_ids: list[str] = []
-        ignored_indices: list[int] = []
-        for index, (job_id, result) in enumerate(zip(ids, results, strict=True)):
-            job = self.state.jobs.get(job_id)
-            if job is None or job.state != ACTIVE:
-                ignored_ids.append(job_id)
-                ignored_indices.append(index)
-                continue
-            self.state.complete(job, now, result, job.opts.remove_on_complete)  # type: ignore[arg-type]
-        if ignored_ids:
-            return {
-                "ok": True,
-                "data": {"ignoredIds": ignored_ids, "ignoredIndices": ignored_indices},
-            }
-        return {"ok": True}
+            # An active job without a lease, acked without a token, passes: tested inline.
+            if (
+                job is None
+                or job.state != ACTIVE
+                or token is not None
+                or job.lock_token is not None
+            ):
+                if is_late(self.state, job_id, token):
+                    ignoring, job = True, None
+                else:
+                    job = active_job(self.state, job_id, token)
+            settling.append(job)
+        if len(set(ids)) < len(ids):  # a repeated id: its first position settles the job
+            seen: set[str] = set()
+            for index, job_id in enumerate(ids):
+                if job_id in seen:
+                    ignoring, settling[index] = True, None
+                seen.add(job_id)
+        results: list[Any] = command.results or [None] * len(ids)
+        if not ignoring:
+            self.state.complete_many(settling, results, now)  # type: ignore[arg-type]
+            return {"ok": True}
+        ignored = [index for index, job in enumerate(settling) if job is None]
+        self.state.complete_many(
+            [job for job in settling if job is not None],
+            [result for job, result in zip(settling, results, strict=True) if job is not None],
+            now,
+        )
+        return {
+            "ok": True,
+            "data": {"ignoredIds": [ids[index] for index in ignored], "ignoredIndices": ignored},
+        }
 
     def fail(self, session: ReplySink, command: cmd.Fail, now: float) -> Reply:
         """FAIL: retry after the backoff while attempts remain, else to the dead-letter queue."""

@@ -284,7 +284,7 @@ class Job:
     # The states the job went through, oldest first, the latest MAX_TIMELINE kept: one flat
     # tuple of (state, epoch ms, error or None) triples. Flat and of plain values, so each
     # transition costs one allocation and the cyclic GC does not walk it.
-    timeline: Sequence[Any]
+    timeline: tuple[Any, ...]
     opts: Options
 
     # RARE fields (class defaults). Life-cycle and lease fields: set once the job runs.

@@ -108,13 +108,15 @@ class Pulls:
         groups = command.group
         if queue.paused:
             return [], []
+        limited = queue.concurrency is not None or queue.rate_limit is not None
+        if not limited and groups is None and not queue.group_settings:
+            return self._claim_unlimited(queue, count, now, command, holder)
         jobs: list[Job] = []
         tokens: list[str | None] = []
         passed_over: list[tuple[Any, ...]] = []
         full_groups: set[str] = set()
         # Read once per claim, not per job (a PULLB takes up to 1000).
         claim, owner, lock_ttl = self.state.claim, command.owner, command.lockTtl
-        limited = queue.concurrency is not None or queue.rate_limit is not None
         while len(jobs) < count:
             entry = queue.pop_entry()
             if entry is None:
@@ -138,6 +140,37 @@ class Pulls:
                 self._add_next_occurrence(job, now)
         for entry in passed_over:
             queue.put_back(entry)
+        return jobs, tokens
+
+    def _claim_unlimited(
+        self, queue: QueueState, count: int, now: float, command: Any, holder: ReplySink | None
+    ) -> tuple[list[Job], list]:
+        """`_claim` where no limit can pass a job over (no queue limit, no group option, PULL's
+        or stored): the jobs are popped, then claimed together (`EngineState.claim_many`). A
+        repeating job's next occurrence is added before the next pop, as one at a time."""
+        jobs: list[Job] = []
+        tokens: list[str | None] = []
+        pop = queue.pop_entry
+        while len(jobs) < count:
+            popped: list[Job] = []
+            wanted = count - len(jobs)
+            while len(popped) < wanted:
+                entry = pop()
+                if entry is None:
+                    break
+                job = entry[JOB]
+                popped.append(job)
+                if job.opts.repeat is not None:
+                    break
+            if not popped:
+                break
+            tokens += self.state.claim_many(
+                queue, popped, now, command.owner, command.lockTtl, holder
+            )
+            jobs += popped
+            if popped[-1].opts.repeat is None:
+                break  # the count is reached, or the heap is empty
+            self._add_next_occurrence(popped[-1], now)
         return jobs, tokens
 
     def _add_next_occurrence(self, job: Job, now: float) -> None:

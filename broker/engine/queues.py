@@ -5,7 +5,11 @@ The ready heap orders jobs the way the seed says: higher priority first; within 
 runs ahead of later jobs), then arrival order. A grouped job's priority orders it within its
 group (0 first, ascending) and against other groups' jobs; as against ungrouped jobs it counts
 as priority 0. Entries are never removed in place: an entry is current only while its job is
-ready and carries the same `ready_seq` (lazy deletion).
+ready and carries the same `ready_seq` (lazy deletion). The jobs with default ordering
+options that become ready in time order (the usual case: each push is ready when pushed) skip
+the heap: they wait in `lane`, a deque in key order, and a pop takes the smaller of the lane's
+first entry and the heap's top. Together they give the heap's order, without a heap pop's
+cost (~3k instructions: a comparison per level of a deep heap).
 
 Groups: a PULL may limit how many jobs of one group run at once (`concurrency`) and how many
 may start per window (`limit: {max, duration}`). A job whose group is at its limit is passed
@@ -27,6 +31,7 @@ from .sink import ReplySink
 # Entry layout: ((-priority, group priority, lifo first), run time or -seq, seq, job). The
 # first three keys are one tuple, shared by every entry with the same ones (a million waiting
 # jobs hold a million entries: four items take 16 bytes less than six).
+RUN_AT = 1
 SEQ = 2
 JOB = 3
 FIFO = (0, 0, 1)  # the keys of a job with default options
@@ -67,6 +72,8 @@ class QueueState:
 
     name: str
     ready: list[tuple[Any, ...]] = attrs.Factory(list)
+    # Entries with the FIFO keys, in key order (see the module docstring).
+    lane: deque[tuple[Any, ...]] = attrs.Factory(deque)
     waiters: deque[Waiter] = attrs.Factory(deque)
     delayed: set[Job] = attrs.Factory(set)
     counts: dict[str, int] = attrs.Factory(lambda: dict.fromkeys(COUNTED_STATES, 0))
@@ -90,7 +97,7 @@ class QueueState:
     stale: int = 0
 
     def push_ready(self, job: Job, seq: int) -> None:
-        """Put a ready job on the heap under a fresh sequence number."""
+        """Put a ready job on the heap (or the lane) under a fresh sequence number."""
         job.ready_seq = seq
         opts = job.opts
         prefix: tuple[float, float, int]
@@ -99,34 +106,58 @@ class QueueState:
         else:
             prefix = (0, opts.priority, 0 if opts.lifo else 1)
         prefix = _prefixes.get(prefix) or _shared_prefix(prefix)
-        entry = (prefix, -seq, seq, job) if opts.lifo else (prefix, job.run_at, seq, job)
-        heapq.heappush(self.ready, entry)
+        if opts.lifo:
+            heapq.heappush(self.ready, (prefix, -seq, seq, job))
+            return
+        entry = (prefix, job.run_at, seq, job)
+        lane = self.lane
+        # A fresh seq is the largest yet: a run time no earlier than the lane's last keeps the
+        # lane in key order.
+        if prefix is FIFO and (not lane or job.run_at >= lane[-1][RUN_AT]):
+            lane.append(entry)
+        else:
+            heapq.heappush(self.ready, entry)
 
     def pop_entry(self) -> tuple[Any, ...] | None:
-        """Take the best current entry off the heap (its job is no longer marked ready)."""
-        ready = self.ready
-        while ready:
-            entry = heapq.heappop(ready)
+        """Take the best current entry off the heap or the lane (its job is no longer marked
+        ready)."""
+        ready, lane = self.ready, self.lane
+        while True:
+            if lane and not (ready and ready[0] < lane[0]):
+                entry = lane.popleft()
+            elif ready:
+                entry = heapq.heappop(ready)
+            else:
+                return None
             job = entry[JOB]
             if job.ready_seq == entry[SEQ] and job.state in READY_STATES:  # is_current, inline
                 job.ready_seq = -1
                 return entry
-        return None
 
     def put_back(self, entry: tuple[Any, ...]) -> None:
-        """Return an entry taken by `pop_entry` to its old place."""
+        """Return an entry taken by `pop_entry` to its place in the order (on the heap: entries
+        put back one after another would not keep the lane's order)."""
         entry[JOB].ready_seq = entry[SEQ]
         heapq.heappush(self.ready, entry)
 
     def has_ready(self) -> bool:
-        """Whether a current ready entry exists (drops stale ones at the top)."""
-        ready = self.ready
+        """Whether a current ready entry exists (drops stale ones at the fronts)."""
+        lane, ready = self.lane, self.ready
+        while lane:
+            job = lane[0][JOB]
+            if job.ready_seq == lane[0][SEQ] and job.state in READY_STATES:  # is_current
+                return True
+            lane.popleft()
         while ready:
             job = ready[0][JOB]
-            if job.ready_seq == ready[0][SEQ] and job.state in READY_STATES:  # is_current, inline
+            if job.ready_seq == ready[0][SEQ] and job.state in READY_STATES:  # is_current
                 return True
             heapq.heappop(ready)
         return False
+
+    def entries(self) -> int:
+        """Entries held by the heap and the lane, current or stale."""
+        return len(self.ready) + len(self.lane)
 
     # -- groups --------------------------------------------------------------------------------
 
@@ -173,16 +204,19 @@ class QueueState:
     # -- housekeeping --------------------------------------------------------------------------
 
     def compact_ready(self) -> list[tuple[Any, ...]]:
-        """Drop stale entries from the ready heap; returns the old heap, for the caller to let
-        go of when convenient (with no job ready, the scan is skipped)."""
-        old = self.ready
+        """Drop stale entries from the ready heap and the lane; returns the old entries, for
+        the caller to let go of when convenient (with no job ready, the scan is skipped)."""
+        heap, lane = self.ready, self.lane
         if self.counts[WAITING] + self.counts[PRIORITIZED]:
-            self.ready = [entry for entry in old if is_current(entry)]
+            self.ready = [entry for entry in heap if is_current(entry)]
             heapq.heapify(self.ready)
+            self.lane = deque(entry for entry in lane if is_current(entry))
         else:
             self.ready = []
+            self.lane = deque()
         self.stale = 0
-        return old
+        heap.extend(lane)
+        return heap
 
     def compact(self) -> None:
         """Drop stale entries from the ready heap and answered polls from the waiters."""
@@ -195,7 +229,7 @@ class QueueState:
         """No job counted in any state, nothing ready, nobody waiting, no settings."""
         configured = bool(self.paused or self.rate_limit or self.concurrency)
         configured = configured or bool(self.stall_config or self.dlq_config or self.group_settings)
-        busy = any(self.counts.values()) or bool(self.ready or self.waiters)
+        busy = any(self.counts.values()) or bool(self.ready or self.lane or self.waiters)
         return not busy and not configured
 
     def take_token(self, now: float) -> float | None:

@@ -19,12 +19,14 @@ RETENTION = "retention"
 """The timer kind that ages a Retention's oldest entry out."""
 
 _finishes = itertools.count(1)
+next_finish = _finishes.__next__
+"""A new finish number (see `mark_finished`), for a caller that sets `retained_seq` inline."""
 
 
 def mark_finished(job: Job) -> None:
     """Give a job that just finished (completed or failed) a new finish number: the entries of
     its earlier finishes, in every Retention, stop being current."""
-    job.retained_seq = next(_finishes)
+    job.retained_seq = next_finish()
 
 
 class Retention:

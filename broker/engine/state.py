@@ -61,7 +61,7 @@ from .model import (
     uuid7,
 )
 from .queues import QueueState
-from .retention import Retention, expire_retained, mark_finished, retain
+from .retention import Retention, expire_retained, mark_finished, next_finish, retain
 from .sink import ReplySink
 from .telemetry import QueueTelemetry
 from .timers import TimerWheel
@@ -88,6 +88,9 @@ class EngineState:
         keep_completed_ms: float = 7 * 86_400_000,
         keep_failed_ms: float = 7 * 86_400_000,
     ) -> None:
+        # 29 attributes: keep them at most 30. Past that CPython 3.11 stops sharing the
+        # instance's keys and every `self.<name>` read is slower (measured with 31: +1.9k
+        # instructions a PUSH, +2% on every request).
         self.jobs: dict[str, Job] = {}
         self.queues: dict[str, QueueState] = {}
         self.keys = KeyRegistry()
@@ -227,7 +230,7 @@ class EngineState:
         if old in READY_STATES:
             if job.ready_seq >= 0:  # its heap entry stays behind, stale
                 queue.stale += 1
-                if worth_compacting(queue.stale, len(queue.ready)):
+                if worth_compacting(queue.stale, queue.entries()):
                     self.untidy.add(queue)
         elif old == COMPLETED:
             self.completed.count -= 1
@@ -493,6 +496,78 @@ class EngineState:
         self.wheel.schedule(job.lock_expires_at, LEASE, job, token)
         return token
 
+    def claim_many(
+        self,
+        queue: QueueState,
+        jobs: list[Job],
+        now: float,
+        owner: str | None,
+        lock_ttl: float,
+        holder: ReplySink | None = None,
+    ) -> list[str | None]:
+        """`claim` each of `jobs`, just popped from `queue`'s heap, in order; returns their
+        tokens. What is the same for all of them is looked up once, and a plain job (no group,
+        debounce key, processing timeout or stall check, its timeline below the cap) is
+        claimed inline: a PULLB claims up to 1000."""
+        tokens: list[str | None] = []
+        counts = queue.counts
+        held = None
+        if holder is not None:
+            held = self.holdings.get(holder)
+            if held is None:
+                held = self.holdings[holder] = set()
+        changed = self.changed if self.tracking and holder is None else None
+        on_start = self.on_start
+        events = self.events if self.emitting else None
+        entry = (ACTIVE, self.now, None)  # what every job's timeline gains
+        stalls = bool(queue.stall_config)
+        started = 0
+        for job in jobs:
+            opts = job.opts
+            timeline = job.timeline
+            if (
+                opts.group_id is not None
+                or opts.debounce_id is not None
+                or opts.timeout  # (only a processing timeout leaves a job `late_open`)
+                or opts.stall_timeout is not None
+                or stalls
+                or len(timeline) >= TIMELINE_FULL
+            ):
+                tokens.append(self.claim(job, now, owner, lock_ttl, holder))
+                continue
+            if held is not None:
+                job.holder = holder
+                held.add(job.id)
+            # `_enter(job, ACTIVE)`: a popped job left its heap entry behind (no stale one),
+            # and its timeline ends with the ready state it leaves.
+            counts[job.state] -= 1
+            job.state = ACTIVE
+            job.timeline = timeline + entry
+            counts[ACTIVE] += 1
+            if changed is not None:
+                changed[job.id] = job
+            job.started_at = now
+            job.last_heartbeat = now
+            # No `arm_timeout`: nothing to arm, and `activation` only tells the timers it arms
+            # for one claim from a later claim's.
+            started += 1
+            if on_start is not None:
+                on_start(now - job.run_at)
+            if events is not None:
+                events.append(("active", job, {}))
+            if owner is None:
+                tokens.append(None)
+                continue
+            token = uuid7()
+            job.lock_token = token
+            job.lock_owner = owner
+            job.lock_ttl = lock_ttl
+            job.lock_expires_at = now + lock_ttl
+            self.wheel.schedule(job.lock_expires_at, LEASE, job, token)
+            tokens.append(token)
+        self.totals["pulled"] += started
+        return tokens
+
     def renew_lease(self, job: Job, now: float, ttl: float) -> None:
         """Extend an active job's lease to `now + ttl` (a ttl of 0 or less ends it now)."""
         job.lock_ttl = ttl
@@ -605,7 +680,7 @@ class EngineState:
         for state, count in counts.items():
             queue.counts[state] -= count
         queue.stale += stale
-        if worth_compacting(queue.stale, len(queue.ready)):
+        if worth_compacting(queue.stale, queue.entries()):
             self.untidy.add(queue)
 
     def _note_stale_timers(self, stale: int) -> None:
@@ -667,6 +742,79 @@ class EngineState:
             self.events.append(("completed", job, {}))
         if self.dependents:
             self._unblock_dependents(job, now)
+
+    def complete_many(self, jobs: list[Job], results: list[Any], now: float) -> None:
+        """ACKB: `complete` each of `jobs` (active, distinct) with its result, in order, with
+        what `complete` repeats per job done once: a plain job (no key, group or lease, not
+        removed on completion) is settled inline, the totals and minute counts of the batch
+        are added at its end, and retention's caps are applied once, after the batch (it
+        forgets the same oldest jobs as one job at a time would)."""
+        retention = self.completed
+        entries = retention.entries
+        queues = self.queues
+        changed = self.changed if self.tracking else None
+        finished = self.finished.append
+        on_complete = self.on_complete
+        events = self.events if self.emitting else None
+        dependents = self.dependents
+        holdings = self.holdings
+        entry = (COMPLETED, self.now, None)  # what every job's timeline gains
+        settled: list[str] = []  # the queue of each job settled inline
+        name, counts = "", {}  # the last job's queue and its counts
+        for job, result in zip(jobs, results, strict=True):
+            opts = job.opts
+            if (
+                opts.group_id is not None
+                or opts.unique_key is not None
+                or opts.debounce_id is not None
+                or opts.remove_on_complete
+                or job.lock_token is not None
+            ):
+                self.complete(job, now, result, opts.remove_on_complete)
+                continue
+            holder = job.holder
+            if holder is not None:  # `_end_activity` (no lease to end: see above), inline
+                held = holdings.get(holder)
+                if held is not None:
+                    held.discard(job.id)
+                    if not held:
+                        del holdings[holder]
+                job.holder = None
+            job.completed_at = now
+            job.result = result
+            job.progress = 100
+            # `_enter(job, COMPLETED)` for an active job of no group, inline (an active job's
+            # timeline ends with its start).
+            if job.queue != name:
+                name = job.queue
+                counts = queues[name].counts
+            counts[ACTIVE] -= 1
+            job.state = COMPLETED
+            timeline = job.timeline
+            if len(timeline) < TIMELINE_FULL:
+                job.timeline = timeline + entry
+            else:
+                self._record(job, COMPLETED, None)
+            counts[COMPLETED] += 1
+            retention.count += 1
+            if changed is not None:
+                changed[job.id] = job
+            finished(job)
+            job.retained_seq = seq = next_finish()  # `mark_finished`
+            entries.append((now, seq, job))  # `retain`, its caps applied after the batch
+            settled.append(name)
+            if on_complete is not None and job.started_at is not None:
+                on_complete(now - job.started_at)
+            if events is not None:
+                events.append(("completed", job, {}))
+            if dependents:
+                self._unblock_dependents(job, now)
+        for queue_name in set(settled):
+            count = settled.count(queue_name)
+            self.totals["completed"] += count
+            self.telemetry.record(queue_name, COMPLETED, now, count)
+        if settled:
+            expire_retained(self, retention, now)
 
     def retry(self, job: Job, now: float) -> None:
         """FAIL with attempts left: back to delayed after the backoff."""

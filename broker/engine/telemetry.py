@@ -30,12 +30,12 @@ class MinuteCounts:
         self.minute = 0
         self.minute_starts = self.minute_ends = 0.0
 
-    def record(self, now: float) -> None:
-        """Count one finish at `now` (epoch ms)."""
+    def record(self, now: float, count: int = 1) -> None:
+        """Count `count` finishes (one unless a batch) at `now` (epoch ms)."""
         if self.minute_starts <= now < self.minute_ends:  # the last finish's minute: most calls
-            count = self.prev_count + 1
+            self.total += count
+            count += self.prev_count
             self.buckets[self.minute] = count
-            self.total += 1
             self.prev_ts = float(now)
             self.prev_count = count
             return
@@ -43,8 +43,8 @@ class MinuteCounts:
         self.minute_starts = float(minute * MINUTE_MS)
         self.minute_ends = float((minute + 1) * MINUTE_MS)
         buckets = self.buckets
-        count = buckets[minute] = buckets.get(minute, 0) + 1
-        self.total += 1
+        self.total += count
+        count = buckets[minute] = buckets.get(minute, 0) + count
         self.prev_ts = float(now)
         self.prev_count = count
         if len(buckets) > MAX_DATA_POINTS or next(iter(buckets)) <= minute - MAX_DATA_POINTS:
@@ -74,15 +74,16 @@ class QueueTelemetry:
     def __init__(self) -> None:
         self.queues: dict[str, dict[str, MinuteCounts]] = {}
 
-    def record(self, queue: str, kind: str, now: float) -> None:
-        """A job of `queue` finished as `kind` ("completed" or "failed") at `now`."""
+    def record(self, queue: str, kind: str, now: float, count: int = 1) -> None:
+        """A job of `queue` (or `count` jobs, a batch) finished as `kind` ("completed" or
+        "failed") at `now`."""
         kinds = self.queues.get(queue)
         if kinds is None:
             kinds = self.queues[queue] = {}
         counts = kinds.get(kind)
         if counts is None:
             counts = kinds[kind] = MinuteCounts()
-        counts.record(now)
+        counts.record(now, count)
 
     def view(self, queue: str, kind: str, start: int, end: int) -> dict[str, Any]:
         """The counts of `queue` for `kind` (empty when it never finished one)."""

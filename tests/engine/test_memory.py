@@ -116,9 +116,10 @@ def test_jobs_with_the_same_priority_share_one_heap_key_from_the_first() -> None
     for priority in (7, 0, 7, -2):
         push = {"cmd": "PUSH", "queue": "q", "data": 1, "priority": priority}
         engine.execute(sink, decode_command(msgspec.msgpack.encode(push)), EPOCH_MS)
-    heap = engine.state.queues["q"].ready
-    keys = {entry[queues.JOB].priority: [] for entry in heap}
-    for entry in heap:
+    queue = engine.state.queues["q"]
+    entries = [*queue.ready, *queue.lane]
+    keys = {entry[queues.JOB].priority: [] for entry in entries}
+    for entry in entries:
         keys[entry[queues.JOB].priority].append(entry[0])
     assert keys[7][0] is keys[7][1] and keys[0] == [queues.FIFO]
     pulled = Replies()

@@ -25,3 +25,15 @@ def test_the_last_finish_is_the_meta_of_its_minute() -> None:
         counts.record(now)
     assert counts.view(0, -1)["meta"] == {"count": 5, "prevTS": 9.0, "prevCount": 3}
     assert counts.view(0, -1)["data"] == [2, 3]
+
+
+def test_a_batch_of_finishes_counts_each_one() -> None:
+    counts = MinuteCounts()
+    counts.record(5.0, 3)  # a new minute
+    counts.record(6.0, 2)  # the same minute
+    counts.record(MINUTE_MS + 1, 4)
+    assert counts.view(0, -1) == {
+        "meta": {"count": 9, "prevTS": MINUTE_MS + 1, "prevCount": 4},
+        "data": [4, 5],
+        "count": 2,
+    }

@@ -64,7 +64,8 @@ def test_every_wire_key_shows_its_own_field_in_the_reference_order() -> None:
 
 def jobs_of_every_shape() -> list[Job]:
     """Jobs whose wire forms differ in every way a pulled job's can: distinct values, options
-    holding dicts, an error in the timeline, a timeline longer than a fixmap's 15 entries."""
+    holding dicts, an error in the timeline (in either of two entries), a pulled job's usual
+    two entries, a timeline longer than a fixmap's 15 entries."""
     data = msgspec.msgpack.encode({"body": "x" * 80})
     long_timeline = tuple(value for at in range(20) for value in ("waiting", at, None))
     return [
@@ -74,6 +75,8 @@ def jobs_of_every_shape() -> list[Job]:
             priority=3, repeat={"every": 5}, backoff_config={"type": "fixed"},
             timeline=("waiting", 1, None, "active", 2.5, None, "failed", 3, "boom")),
         Job("c", "q", "n", data, 1, 2, 3, timeline=long_timeline, tags=["t"], custom_id="c"),
+        Job("d", "q", "n", data, 1, 2, 3, timeline=("prioritized", 1, None, "active", 2, None)),
+        Job("e", "q", "n", data, 1, 2, 3, timeline=("failed", 1, "boom", "waiting", 2, None)),
     ]  # fmt: skip
 
 

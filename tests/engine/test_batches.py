@@ -1,0 +1,216 @@
+"""PULLB claims, and ACKB settles, a batch the way PULL and ACK one job at a time would: every
+job's state, timeline, lease, events, metrics and minute counts, jobs with keys, groups,
+timeouts and leases among plain ones, and the completed jobs' cap applied to the whole batch
+(in-memory connections, MockClock)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from broker.app import App
+from broker.clock import Clock
+from broker.config import Config
+from tests.conftest import EPOCH_MS, Connect, memory_connector
+from tests.engine.test_events import drain
+from tests.engine.test_push_pull import push, state_of
+from tests.support.client import FrameClient
+
+
+async def pushed_and_pulled(client: FrameClient, *options: dict[str, object]) -> list[str]:
+    """Push one job per `options` (in order), then pull them all in one PULLB."""
+    ids = [await push(client, data=index, **fields) for index, fields in enumerate(options)]
+    reply = await client.call("PULLB", queue="q", count=len(ids))
+    assert [job["id"] for job in reply["jobs"]] == ids
+    return ids
+
+
+async def test_ackb_completes_plain_keyed_grouped_and_leased_jobs_alike(
+    client: FrameClient, app: App, autojump_clock: object
+) -> None:
+    assert app.actor is not None
+    events = app.actor.bus.subscribe(["job:completed"])
+    plain = await push(client)
+    keyed = await push(client, uniqueKey="k")
+    grouped = await push(client, group={"id": "g"})
+    leased_reply = await client.call("PULL", queue="q", owner="w")  # the plain job, leased
+    assert leased_reply["job"]["id"] == plain
+    rest = await client.call("PULLB", queue="q", count=2)
+    tail = await push(client)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == tail
+    ids = [keyed, plain, grouped, tail]
+    reply = await client.call(
+        "ACKB", ids=ids, tokens=[None, leased_reply["token"], None, None], results=[1, 2, 3, 4]
+    )
+    assert reply["ok"] is True and "data" not in reply
+    assert [job["id"] for job in rest["jobs"]] == [keyed, grouped]
+    assert [await state_of(client, job_id) for job_id in ids] == ["completed"] * 4
+    results = [(await client.call("GetResult", id=job_id))["result"] for job_id in ids]
+    assert results == [1, 2, 3, 4]
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["active"], counts["completed"]) == (0, 4)
+    assert drain(events) == [("job:completed", job_id) for job_id in ids]
+    assert (await client.call("PUSH", queue="q", data={}, uniqueKey="k"))["ok"] is True  # freed
+    job = (await client.call("GetJob", id=tail))["job"]
+    assert (job["progress"], job["completedAt"]) == (100, EPOCH_MS)
+    assert [entry["state"] for entry in job["timeline"]] == ["waiting", "active", "completed"]
+
+
+async def test_ackb_counts_every_job_in_the_totals_metrics_and_minute_counts(
+    client: FrameClient, app: App
+) -> None:
+    await pushed_and_pulled(client, {}, {}, {"group": {"id": "g"}})
+    ids = [job_id async for job_id in _active_ids(client)]
+    assert (await client.call("ACKB", ids=ids))["ok"] is True
+    await client.call("ACK", id=await _one_more(client))
+    totals = (await client.call("Metrics"))["metrics"]
+    assert totals["totalCompleted"] == 4
+    per_minute = (await client.call("Metrics", queue="q", type="completed"))["data"]
+    assert (per_minute["data"], per_minute["meta"]["count"]) == ([4], 4)
+    assert per_minute["meta"]["prevCount"] == 4
+    text = (await client.call("Prometheus"))["data"]["metrics"]
+    assert re.search(r"^trioq_processing_seconds_count 4(\.0)?$", text, re.M)
+
+
+async def _active_ids(client: FrameClient) -> AsyncIterator[str]:
+    for job in (await client.call("GetJobs", queue="q", state="active"))["jobs"]:
+        yield job["id"]
+
+
+async def _one_more(client: FrameClient) -> str:
+    job_id = await push(client)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+    return job_id
+
+
+async def test_ackb_releases_the_connection_that_pulled_the_jobs(
+    app: App, connect: Connect
+) -> None:
+    worker, producer = await connect(), await connect()
+    ids = [await push(producer) for _ in range(3)]
+    await worker.call("PULLB", queue="q", count=3)
+    assert (await worker.call("ACKB", ids=ids))["ok"] is True
+    assert app.actor is not None
+    assert app.actor.engine.state.holdings == {}
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert [await state_of(producer, job_id) for job_id in ids] == ["completed"] * 3
+
+
+async def test_ackb_ignores_a_repeated_id_and_a_removed_job_and_settles_the_rest(
+    client: FrameClient,
+) -> None:
+    first, removed, last = await pushed_and_pulled(client, {}, {"removeOnComplete": True}, {})
+    reply = await client.call("ACKB", ids=[first, removed, first, last, removed])
+    assert reply["data"] == {"ignoredIds": [first, removed], "ignoredIndices": [2, 4]}
+    assert [await state_of(client, job_id) for job_id in (first, removed, last)] == [
+        "completed", "unknown", "completed",
+    ]  # fmt: skip
+    assert (await client.call("GetResult", id=last))["result"] is None
+
+
+@pytest.fixture
+async def keeping_two(nursery: trio.Nursery) -> AsyncIterator[FrameClient]:
+    """A broker keeping 2 completed jobs."""
+    config = Config(port=0, http_port=0, memory=True, keep_completed=2)
+    app = App(config, clock=Clock(EPOCH_MS))
+    await nursery.start(app.run)
+    yield await memory_connector(app, nursery)()
+    app.shutdown()
+
+
+async def test_an_ackb_past_the_completed_cap_keeps_the_newest(keeping_two: FrameClient) -> None:
+    done = await pushed_and_pulled(keeping_two, {})
+    await keeping_two.call("ACK", id=done[0])
+    ids = await pushed_and_pulled(keeping_two, {}, {}, {})
+    assert (await keeping_two.call("ACKB", ids=ids, results=["a", "b", "c"]))["ok"] is True
+    states = [await state_of(keeping_two, job_id) for job_id in [*done, *ids]]
+    assert states == ["unknown", "unknown", "completed", "completed"]
+    counts = (await keeping_two.call("GetJobCounts", queue="q"))["counts"]
+    assert counts["completed"] == 2
+    assert (await keeping_two.call("GetResult", id=ids[2]))["result"] == "c"
+
+
+def prometheus_count(text: str, histogram: str) -> float:
+    match = re.search(rf"^{histogram}_count (\S+)$", text, re.M)
+    assert match is not None
+    return float(match[1])
+
+
+async def test_pullb_claims_plain_and_special_jobs_alike(
+    client: FrameClient, app: App, autojump_clock: object
+) -> None:
+    assert app.actor is not None
+    events = app.actor.bus.subscribe(["job:active"])
+    options = ({}, {"group": {"id": "g"}}, {"debounce": {"id": "d"}}, {"timeout": 500}, {})
+    ids = [await push(client, data=index, **fields) for index, fields in enumerate(options)]
+    await trio.sleep(0.25)
+    reply = await client.call("PULLB", queue="q", count=10, owner="w", lockTtl=1000)
+    assert [job["id"] for job in reply["jobs"]] == ids
+    assert len(set(reply["tokens"])) == 5 and None not in reply["tokens"]
+    assert {job["startedAt"] for job in reply["jobs"]} == {EPOCH_MS + 250}
+    assert {job["lastHeartbeat"] for job in reply["jobs"]} == {EPOCH_MS + 250}
+    assert [job["timeline"][-1]["state"] for job in reply["jobs"]] == ["active"] * 5
+    assert drain(events) == [("job:active", job_id) for job_id in ids]
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["waiting"], counts["active"]) == (0, 5)
+    assert (await client.call("Metrics"))["metrics"]["totalPulled"] == 5
+    text = (await client.call("Prometheus"))["data"]["metrics"]
+    assert prometheus_count(text, "trioq_push_to_start_seconds") == 5
+    assert (await client.call("ACKB", ids=ids[:1], tokens=["stale"]))["ok"] is False
+    await trio.sleep(0.5)  # the timeout job times out; the others hold their leases
+    assert [await state_of(client, job_id) for job_id in ids] == [
+        "active", "active", "active", "delayed", "active",
+    ]  # fmt: skip
+    await trio.sleep(0.5)  # the leases run out: back to waiting
+    assert await state_of(client, ids[0]) == "waiting"
+
+
+async def test_pullb_without_a_lease_binds_the_jobs_to_the_connection(
+    app: App, connect: Connect
+) -> None:
+    worker, producer = await connect(), await connect()
+    ids = [await push(producer) for _ in range(3)]
+    reply = await worker.call("PULLB", queue="q", count=2)
+    assert reply["jobs"][0]["id"] == ids[0] and "tokens" not in reply
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert [await state_of(producer, job_id) for job_id in ids] == ["waiting"] * 3
+    assert app.actor is not None
+    assert app.actor.engine.state.holdings == {}
+
+
+async def test_a_pullb_adds_a_repeating_jobs_next_occurrence_between_jobs(
+    client: FrameClient, app: App
+) -> None:
+    assert app.actor is not None
+    first = await push(client)
+    repeating = await push(client, repeat={"every": 1000, "limit": 3})
+    last = await push(client)
+    events = app.actor.bus.subscribe(["job:*"], queue="q")
+    reply = await client.call("PULLB", queue="q", count=10)
+    assert [job["id"] for job in reply["jobs"]] == [first, repeating, last]
+    got = drain(events)
+    assert [event for event, _ in got] == [
+        "job:active", "job:active", "job:pushed", "job:delayed", "job:active",
+    ]  # fmt: skip
+    assert [job_id for _, job_id in got[:2]] == [first, repeating]
+    assert got[-1] == ("job:active", last)
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["active"], counts["delayed"]) == (3, 1)
+
+
+async def test_a_batch_keeps_a_long_timeline_at_its_cap(client: FrameClient) -> None:
+    job_id = await push(client)
+    for _ in range(10):  # waiting, then ten times active and back: 21 entries, 20 kept
+        assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+        assert (await client.call("MoveToWait", id=job_id))["ok"] is True
+    assert (await client.call("PULLB", queue="q", count=5))["jobs"][0]["id"] == job_id
+    assert (await client.call("ACKB", ids=[job_id]))["ok"] is True
+    timeline = (await client.call("GetJob", id=job_id))["job"]["timeline"]
+    assert len(timeline) == 20
+    assert [entry["state"] for entry in timeline[-3:]] == ["waiting", "active", "completed"]
