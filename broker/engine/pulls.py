@@ -163,12 +163,10 @@ class Pulls:
         return True
 
     def _group_is_full(
-        self, queue: QueueState, group: str | None, groups: Any, now: float, full: set[str]
+        self, queue: QueueState, group: str, groups: Any, now: float, full: set[str]
     ) -> bool:
         """Whether the job's group is at a limit, the PULL's or its stored settings' (then
         the job is passed over)."""
-        if group is None:
-            return False
         options = queue.group_options(group, groups)
         if options is None or queue.group_admits(group, options, now):
             return False

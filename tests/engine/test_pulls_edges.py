@@ -56,3 +56,19 @@ async def test_obliterate_answers_the_parked_polls(connect: Connect, autojump_cl
     assert (await admin.call("Obliterate", queue="q"))["ok"] is True
     reply = await worker.receive_for("p")
     assert without_req_id(reply) == {"ok": True, "jobs": [], "tokens": []}
+
+
+async def test_obliterate_answers_a_parked_poll_at_once_and_only_once(
+    connect: Connect, autojump_clock
+) -> None:
+    worker = await connect()
+    admin = await connect()
+    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "p"})
+    await trio.sleep(1)
+    asked = trio.current_time()
+    assert (await admin.call("Obliterate", queue="q"))["ok"] is True
+    assert (await worker.receive_for("p"))["job"] is None
+    assert trio.current_time() == asked  # answered by the Obliterate, not by its timeout
+    await trio.sleep(120)  # past the poll's timeout: its timer must not answer it again
+    await worker.send({"cmd": "Ping", "reqId": "ping"})
+    assert (await worker.receive())["reqId"] == "ping"
