@@ -155,7 +155,8 @@ def wire_parts(raw: Raw) -> dict[str, Raw] | list[Raw] | None:
     if encoded.startswith(_JOB_PREFIX):
         return _read_job(encoded)
     first = encoded[:1]
-    header = 1 if b"\x90" <= first <= b"\x9f" else {b"\xdc": 3, b"\xdd": 5}.get(first, 0)
+    # A PULLB's list (at most MAX_PULL_BATCH jobs) has a fixarray or an array16 header.
+    header = 1 if b"\x90" <= first <= b"\x9f" else 3 if first == b"\xdc" else 0
     if header and encoded.startswith(_JOB_PREFIX, header):
         return _read_list(encoded)
     return None
