@@ -209,7 +209,7 @@ class Pulls:
             jobs, tokens = self._claim(queue, waiter.session, waiter.command, waiter.count, now)
             if not jobs:  # what is ready belongs to groups at their limit: keep waiting
                 waiters.appendleft(waiter)
-                break
+                return  # at the front, not answered: nothing for drop_answered
             waiter.done = True
             waiter.session.stage_reply(self._answer(waiter, jobs, tokens), waiter.req_id)
         drop_answered(waiters)
