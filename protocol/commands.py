@@ -168,9 +168,7 @@ def group_options(value: Any) -> dict[str, Any] | None:
 
 
 def poll_timeout(value: Any) -> float | int:
-    """Read a long-poll timeout: 0..60000 ms, default 0."""
-    if value is None:
-        return 0
+    """Read a long-poll timeout: 0..60000 ms (a missing one, 0, is Pull's own default)."""
     result = finite(value, "timeout")
     at_least(result, 0, "timeout")
     return at_most(result, MAX_POLL_MS, "timeout")

@@ -42,8 +42,7 @@ def tidy_number(value: float) -> float | int:
         if value.is_integer() and JS_INT_MIN <= value < JS_INT_END:
             return int(value)
         return value
-    if JS_INT_MIN <= value < JS_INT_END:
-        return value
+    # An int here is beyond 32 bits: `finite` returns the others before the call.
     return float(value) if abs(value) <= MAX_SAFE_INTEGER else value
 
 
@@ -57,7 +56,7 @@ def number(value: Any, field: str) -> float | int:
     if isinstance(value, int | float):
         return value
     if isinstance(value, str) and _NUMERIC_TEXT.fullmatch(value):
-        return float(value.strip().replace("Infinity", "inf"))
+        return float(value.strip())  # float() reads "Infinity" as JavaScript's Number() does
     raise CommandError(f"{field} must be a number")
 
 

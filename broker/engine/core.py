@@ -131,12 +131,14 @@ class Engine:
             queue = dirty.pop()
             try:
                 self.pulls.serve_waiters(queue, now)
-            except Exception:
-                log.exception("serving the long polls of queue %s failed", queue)
+            except Exception:  # named, not shown: a queue's repr holds every ready job
+                log.exception("serving the long polls of queue %s failed", queue.name)
         if self.state.finished:
             try:
                 self.lifecycle.answer_job_waiters()
             except Exception:
+                # Those answers are lost once: kept, they would fail (and log) every pass.
+                self.state.finished.clear()
                 log.exception("answering WaitJob failed")
 
     def _fire_due(self, now: float) -> None:

@@ -196,12 +196,10 @@ class Pulls:
         return True
 
     def _group_is_full(
-        self, queue: QueueState, group: str | None, groups: Any, now: float, full: set[str]
+        self, queue: QueueState, group: str, groups: Any, now: float, full: set[str]
     ) -> bool:
         """Whether the job's group is at a limit, the PULL's or its stored settings' (then
         the job is passed over)."""
-        if group is None:
-            return False
         options = queue.group_options(group, groups)
         if options is None or queue.group_admits(group, options, now):
             return False
@@ -244,7 +242,7 @@ class Pulls:
             jobs, tokens = self._claim(queue, waiter.session, waiter.command, waiter.count, now)
             if not jobs:  # what is ready belongs to groups at their limit: keep waiting
                 waiters.appendleft(waiter)
-                break
+                return  # at the front, not answered: nothing for drop_answered
             waiter.done = True
             waiter.session.stage_reply(self._answer(waiter, jobs, tokens), waiter.req_id)
         drop_answered(waiters)

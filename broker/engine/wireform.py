@@ -170,8 +170,9 @@ def wire_parts(raw: Raw) -> dict[str, Raw] | list[Raw] | None:
     encoded = bytes(raw)
     if encoded.startswith(_JOB_PREFIX):
         return _read_job(encoded)
-    first = encoded[:1]
-    header = 1 if b"\x90" <= first <= b"\x9f" else {b"\xdc": 3, b"\xdd": 5}.get(first, 0)
-    if header and encoded.startswith(_JOB_PREFIX, header):
-        return _read_list(encoded)
-    return None
+    try:
+        parts = _read_list(encoded)
+    except msgspec.DecodeError:
+        return None  # no list
+    # A pulled list holds only jobs (an empty one is always readable: it never gets here).
+    return parts if all(bytes(part).startswith(_JOB_PREFIX) for part in parts) else None

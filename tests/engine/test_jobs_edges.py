@@ -116,3 +116,37 @@ async def test_job_heartbeat_batch_with_fewer_tokens_than_ids(client: FrameClien
     ids = [job["id"] for job in reply["jobs"]]
     beat = await client.call("JobHeartbeatB", ids=ids, tokens=reply["tokens"][:1])
     assert without_req_id(beat) == {"ok": True, "data": {"ok": True, "count": 1}}
+
+
+async def test_ackb_completes_the_jobs_after_an_ignored_one(
+    client: FrameClient, autojump_clock
+) -> None:
+    finalised = await push(client, timeout=1000, maxAttempts=1)
+    removed = await push(client, removeOnComplete=True)
+    await client.call("PULLB", queue="q", count=2)
+    await trio.sleep(1.001)  # the first one's processing timeout finalised it
+    reply = await client.call("ACKB", ids=[finalised, removed])
+    assert without_req_id(reply) == {
+        "ok": True, "data": {"ignoredIds": [finalised], "ignoredIndices": [0]},
+    }  # fmt: skip
+    assert await state_of(client, removed) == "unknown"  # completed, then removed as asked
+
+
+async def test_a_late_ackb_with_a_stale_token_is_refused_as_a_late_ack_is(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=1)
+    token = (await client.call("PULL", queue="q", owner="w"))["token"]
+    await push(client)
+    other = (await client.call("PULL", queue="q", owner="w"))["token"]
+    await trio.sleep(1.001)  # the processing timeout finalised the first job
+    stale = await client.call("ACKB", ids=[job_id], tokens=[other])
+    assert stale["ok"] is False
+    assert stale["error"] == (await client.call("ACK", id=job_id, token=other))["error"]
+    late = await client.call("ACKB", ids=[job_id], tokens=[token])
+    assert late["data"] == {"ignoredIds": [job_id], "ignoredIndices": [0]}
+
+
+async def test_get_job_of_an_unknown_id(client: FrameClient) -> None:
+    reply = await client.call("GetJob", id="ghost")
+    assert (reply["ok"], reply["error"]) == (False, "Job not found")

@@ -3,11 +3,16 @@ polls answered by a timeout, a push or an Obliterate (in-memory connections, Moc
 
 from __future__ import annotations
 
-import trio
+import logging
 
+import pytest
+import trio
+import trio.testing
+
+from broker.app import App
 from tests.conftest import Connect
 from tests.engine.test_lifecycle_edges import without_req_id
-from tests.engine.test_push_pull import push
+from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
 
 
@@ -34,16 +39,28 @@ async def test_a_parked_leased_pullb_gets_a_working_token(connect: Connect, auto
 
 
 async def test_polls_behind_a_timed_out_one_are_still_served(
-    connect: Connect, autojump_clock
+    connect: Connect, autojump_clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     worker = await connect()
     producer = await connect()
-    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 1000, "reqId": "short"})
-    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "long"})
-    assert (await worker.receive_for("short"))["job"] is None
-    await trio.sleep(5)
-    job_id = await push(producer)
-    assert (await worker.receive_for("long"))["job"]["id"] == job_id
+    with caplog.at_level(logging.ERROR):
+        await worker.send({"cmd": "PULL", "queue": "q", "timeout": 1000, "reqId": "short"})
+        await worker.send({"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "long"})
+        assert (await worker.receive_for("short"))["job"] is None
+        await trio.sleep(5)
+        job_id = await push(producer)
+        assert (await worker.receive_for("long"))["job"]["id"] == job_id
+    assert errors_logged(caplog) == []
+
+
+def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def next_req_id(client: FrameClient) -> object:
+    """The reqId of the next reply this connection gets, after a Ping to be sure of one."""
+    await client.send({"cmd": "Ping", "reqId": "ping"})
+    return (await client.receive())["reqId"]
 
 
 async def test_obliterate_answers_the_parked_polls(connect: Connect, autojump_clock) -> None:
@@ -56,3 +73,86 @@ async def test_obliterate_answers_the_parked_polls(connect: Connect, autojump_cl
     assert (await admin.call("Obliterate", queue="q"))["ok"] is True
     reply = await worker.receive_for("p")
     assert without_req_id(reply) == {"ok": True, "jobs": [], "tokens": []}
+
+
+async def test_obliterate_answers_a_parked_poll_at_once_and_only_once(
+    connect: Connect, autojump_clock
+) -> None:
+    worker = await connect()
+    admin = await connect()
+    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "p"})
+    await trio.sleep(1)
+    asked = trio.current_time()
+    assert (await admin.call("Obliterate", queue="q"))["ok"] is True
+    assert (await worker.receive_for("p"))["job"] is None
+    assert trio.current_time() == asked  # answered by the Obliterate, not by its timeout
+    await trio.sleep(120)  # past the poll's timeout: its timer must not answer it again
+    assert await next_req_id(worker) == "ping"
+
+
+async def test_parked_polls_answered_by_their_timeout_are_passed_over(
+    connect: Connect, autojump_clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker, producer = await connect(), await connect()
+    await worker.send(
+        {"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "a"},
+        {"cmd": "PULL", "queue": "q", "timeout": 1000, "reqId": "b"},
+        {"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "c"},
+    )
+    assert (await worker.receive_for("b"))["job"] is None  # still parked behind "a"
+    with caplog.at_level(logging.ERROR):
+        pushed = trio.current_time()
+        reply = await producer.call("PUSHB", queue="q", jobs=[{"data": n} for n in range(3)])
+        ids = reply["ids"]
+        assert (await worker.receive_for("a"))["job"]["id"] == ids[0]
+        assert (await worker.receive_for("c"))["job"]["id"] == ids[1]
+        assert trio.current_time() == pushed
+        await trio.sleep(120)  # past every poll's timeout: none is answered twice
+        assert await next_req_id(worker) == "ping"
+    assert await state_of(producer, ids[2]) == "waiting"
+    assert errors_logged(caplog) == []
+
+
+async def test_a_job_a_parked_poll_took_returns_when_its_connection_closes(
+    connect: Connect, autojump_clock
+) -> None:
+    worker, producer = await connect(), await connect()
+    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "p"})
+    await trio.sleep(1)
+    job_id = await push(producer)
+    assert (await worker.receive_for("p"))["job"]["id"] == job_id
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert await state_of(producer, job_id) == "waiting"  # no lease: it was the connection's
+
+
+async def test_a_poll_parked_behind_a_full_group_keeps_its_place(
+    client: FrameClient, autojump_clock
+) -> None:
+    one_at_a_time = {"concurrency": 1}
+    first = await push(client, groupId="g")
+    await client.call("PULL", queue="q", group=one_at_a_time)
+    await client.send(
+        {"cmd": "PULL", "queue": "q", "timeout": 30_000, "group": one_at_a_time, "reqId": "p"}
+    )
+    second = await push(client, groupId="g")  # ready, but its group is at its limit
+    acked = trio.current_time()
+    await client.call("ACK", id=first)
+    assert (await client.receive_for("p"))["job"]["id"] == second
+    assert trio.current_time() == acked
+
+
+async def test_a_queue_keeps_no_poll_it_has_answered(
+    app: App, connect: Connect, autojump_clock
+) -> None:
+    # Polled forever, an idle queue must not hold every poll it ever answered.
+    worker, producer = await connect(), await connect()
+    await worker.send(
+        {"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "long"},
+        {"cmd": "PULL", "queue": "q", "timeout": 1000, "reqId": "short"},
+    )
+    assert (await worker.receive_for("short"))["job"] is None  # answered, behind "long"
+    job_id = await push(producer)
+    assert (await worker.receive_for("long"))["job"]["id"] == job_id
+    assert app.actor is not None
+    assert list(app.actor.engine.state.queues["q"].waiters) == []

@@ -116,3 +116,18 @@ async def test_the_next_occurrence_is_made_when_the_job_starts_and_says_so(
     made = first["startedAt"]
     assert (next_one["createdAt"], next_one["lastHeartbeat"]) == (made, made)
     assert next_one["runAt"] == first["runAt"] + 60_000
+
+
+async def test_a_retried_occurrence_does_not_schedule_its_successor_twice(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, repeat={"every": 60_000}, maxAttempts=2, backoff=100)
+    first = await pull_job(client)
+    await client.call("FAIL", id=first["id"], error="flaky")
+    retried = await pull_job(client)  # the same occurrence, its second attempt
+    assert (retried["id"], retried["attempts"]) == (job_id, 1)
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["active"], counts["delayed"]) == (1, 1)  # one successor, not one per start
+    await client.call("ACK", id=job_id)
+    assert (await pull_job(client))["repeat"]["count"] == 1
+    assert (await client.call("PULL", queue="q", timeout=0))["job"] is None

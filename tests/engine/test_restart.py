@@ -140,6 +140,26 @@ async def test_unleased_active_job_returns_to_waiting_without_an_attempt(
         assert await state_of(client, detached) == "active"
 
 
+async def test_a_repeating_job_started_before_a_crash_adds_its_successor_once(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
+    store = store_factory()
+    async with trio.open_nursery() as nursery:  # a broker that stops without its shutdown
+        app = App(broker.config, store=store, clock=broker.clock)
+        await nursery.start(app.run)
+        client = await memory_connector(app, nursery)()
+        job_id = await push(client, repeat={"every": 60_000})
+        await client.call("PULL", queue="q")  # held by the connection: its start is not stored
+        nursery.cancel_scope.cancel()
+    store.close()
+    async with broker.running() as connect:
+        client = await connect()
+        assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id  # started again
+        counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+        assert (counts["active"], counts["delayed"]) == (1, 1)  # its successor, made once
+
+
 async def test_leased_job_keeps_its_lease_across_a_restart(
     store_factory: StoreFactory, autojump_clock
 ) -> None:

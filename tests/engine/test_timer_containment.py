@@ -9,6 +9,8 @@ import pytest
 import trio
 
 from broker.engine import deadlines
+from broker.engine.jobs import JobCommands
+from broker.engine.lifecycle import Lifecycle
 from broker.engine.pulls import Pulls
 from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
@@ -16,6 +18,11 @@ from tests.support.client import FrameClient
 
 def broken(*args: object) -> None:
     raise RuntimeError("a bug in a timer rule")
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The error messages logged, each with its traceback."""
+    return [r.getMessage() for r in caplog.records if r.exc_info is not None]
 
 
 async def test_a_failing_timer_rule_is_logged_and_the_rest_still_fire(
@@ -45,4 +52,41 @@ async def test_a_failing_engine_timer_is_logged_and_the_broker_goes_on(
     job_id = await push(client)
     # The poll whose timeout failed is still parked, and the next job is its answer.
     assert (await client.receive_for("parked"))["job"]["id"] == job_id
-    assert any("timer failed" in r.getMessage() for r in caplog.records)
+    assert "a poll timer failed; dropped" in logged(caplog)
+
+
+async def test_a_failing_command_answers_an_internal_error_and_is_logged(
+    client: FrameClient, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    monkeypatch.setattr(JobCommands, "counts_of", broken)
+    with caplog.at_level(logging.ERROR):
+        reply = await client.call("GetJobCounts", queue="q")
+    assert (reply["ok"], reply["error"]) == (False, "Internal server error")
+    assert logged(caplog) == ["command GetJobCounts failed"]
+    assert (await client.call("Count", queue="q"))["count"] == 0  # the broker goes on
+
+
+async def test_failing_to_serve_a_queues_polls_is_logged_with_its_name(
+    connect, autojump_clock, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    worker, producer = await connect(), await connect()
+    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 1000, "reqId": "parked"})
+    await trio.sleep(0.1)
+    monkeypatch.setattr(Pulls, "serve_waiters", broken)
+    with caplog.at_level(logging.ERROR):
+        job_id = await push(producer)
+        assert (await worker.receive_for("parked"))["job"] is None  # its timeout still answers
+    assert logged(caplog) == ["serving the long polls of queue q failed"]
+    assert (await worker.call("PULL", queue="q", timeout=0))["job"]["id"] == job_id
+
+
+async def test_failing_to_answer_wait_job_is_logged_and_the_broker_goes_on(
+    client: FrameClient, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    monkeypatch.setattr(Lifecycle, "answer_job_waiters", broken)
+    job_id = await push(client)
+    await client.call("PULL", queue="q", timeout=0)
+    with caplog.at_level(logging.ERROR):
+        assert (await client.call("ACK", id=job_id))["ok"] is True
+    assert logged(caplog) == ["answering WaitJob failed"]
+    assert (await client.call("GetState", id=job_id))["state"] == "completed"

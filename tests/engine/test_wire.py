@@ -6,7 +6,7 @@ import itertools
 
 import msgspec
 
-from broker.engine.model import FIELD_NAMES, Job
+from broker.engine.model import FIELD_NAMES, TIMELINE_ENTRY, Job
 from broker.engine.wireform import wire_job, wire_jobs
 from tests.engine.test_push_pull import REFERENCE_JOB_KEYS
 
@@ -77,6 +77,9 @@ def jobs_of_every_shape() -> list[Job]:
         Job("c", "q", "n", data, 1, 2, 3, timeline=long_timeline, tags=["t"], custom_id="c"),
         Job("d", "q", "n", data, 1, 2, 3, timeline=("prioritized", 1, None, "active", 2, None)),
         Job("e", "q", "n", data, 1, 2, 3, timeline=("failed", 1, "boom", "waiting", 2, None)),
+        Job("f", "q", "n", data, 1, 2, 3, timeline=long_timeline[: 16 * TIMELINE_ENTRY]),
+        # States no pre-encoded entry holds (a record stored by another version of the broker).
+        Job("g", "q", "n", data, 1, 2, 3, timeline=("stalled", 1, None, "paused", 2, "why")),
     ]  # fmt: skip
 
 
@@ -89,6 +92,22 @@ def test_a_pulled_jobs_bytes_are_those_of_its_wire_struct() -> None:
     for count in (0, 1, 4, 16):
         shown = (jobs * 4)[:count]
         assert encode(wire_jobs(shown)) == encode([job.to_wire() for job in shown])
+
+
+def job_with_entries(job_id: str, entries: int) -> Job:
+    timeline = tuple(value for at in range(entries) for value in ("waiting", at, None))
+    return Job(job_id, "q", "n", b"\xc0", 1, 2, 3, timeline=timeline)
+
+
+def test_a_long_pulled_list_has_the_bytes_of_its_wire_structs() -> None:
+    # A PULLB reply is spliced from a list of pieces (30 a job, 2 a timeline entry, plus one
+    # header) encoded at once and cut of its own header: 65535 pieces is the last count
+    # MessagePack heads in 3 bytes, past it in 5 (1000 jobs with full timelines reach that).
+    encode = msgspec.msgpack.encode
+    at_the_edge = [job_with_entries(str(n), 1) for n in range(2047)] + [job_with_entries("x", 0)]
+    past_it = [job_with_entries(str(n), 20) for n in range(1000)]
+    for jobs in (at_the_edge, past_it):
+        assert encode(wire_jobs(jobs)) == encode([job.to_wire() for job in jobs])
 
 
 def test_options_the_engine_changes_in_place_are_encoded_as_they_are_now() -> None:

@@ -120,6 +120,7 @@ def test_decode_any_reads_plain_values_and_js_undefined_as_none() -> None:
         (float(2**32 - 1), 2**32 - 1),
         (float(2**32), float(2**32)),  # beyond 32 bits a whole number stays a float
         (2**32, float(2**32)),  # and an int goes out as one (msgpackr reads int64 as BigInt)
+        (-(2**31), -(2**31)),  # an int at the 32-bit edge stays one
         (-(2**31) - 1, float(-(2**31) - 1)),
         (2**53 - 1, float(2**53 - 1)),
         (2**60, 2**60),  # past 2**53 a float would lose digits: the int is kept

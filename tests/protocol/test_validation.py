@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol import Rejected, decode_command
+from protocol import Rejected, decode_command, values
 
 encode = msgspec.msgpack.encode
 UNDEFINED = msgspec.msgpack.Ext(0, b"\x00")  # msgpackr's JS `undefined`
@@ -967,3 +967,13 @@ def test_unknown_command_never_shows_a_python_repr_or_a_huge_name() -> None:
     assert rejected({"cmd": {"a": 1}}) == "Unknown command: [object Object]"
     assert rejected({"cmd": True}) == "Unknown command: true"
     assert rejected({"cmd": "x" * 10_000}) == "Unknown command: " + "x" * 64 + "..."
+
+
+def test_a_256_character_queue_name_passes_the_length_check_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Accepted names are cached (even from before this test): with the cache empty, the name
+    # must pass the length rule itself, and one character more must not.
+    monkeypatch.setattr(values, "_KNOWN_QUEUE_NAMES", set())
+    assert accepted(pull(queue="w" * 256)).queue == "w" * 256
+    assert rejected(pull(queue="w" * 257)) == "Queue name too long (max 256 characters)"

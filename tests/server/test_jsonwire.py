@@ -53,3 +53,19 @@ def test_a_pulled_job_with_unreadable_data_shows_every_other_field() -> None:
     assert pulled == as_struct
     assert pulled["job"]["data"] == {"$msgpack": "1P8B"}
     assert pulled["jobs"][0]["id"] == "a"
+
+
+def test_pulled_lists_of_any_length_show_every_readable_field() -> None:
+    # 15 jobs is the longest list with a one-byte header, 16 the shortest with a longer one.
+    for count in (1, 15, 16):
+        jobs = [Job(str(n), "q", "n", b"\xd4\xff\x01", 1, 2, 3) for n in range(count)]
+        pulled = json.loads(reply_json({"ok": True, "jobs": wire_jobs(jobs)}))["jobs"]
+        assert [job["id"] for job in pulled] == [str(n) for n in range(count)]
+        assert {job["data"]["$msgpack"] for job in pulled} == {"1P8B"}
+
+
+def test_an_unreadable_list_that_is_no_pulled_job_is_shown_whole() -> None:
+    result = msgspec.Raw(b"\x91\xd4\xff\x01")  # a list holding a timestamp of the wrong size
+    assert json.loads(reply_json({"ok": True, "result": result}))["result"] == {
+        "$msgpack": "kdT/AQ=="
+    }
