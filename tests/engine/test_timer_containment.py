@@ -86,6 +86,8 @@ async def test_failing_to_answer_wait_job_is_logged_and_the_broker_goes_on(
     monkeypatch.setattr(Lifecycle, "answer_job_waiters", broken)
     job_id = await push(client)
     await client.call("PULL", queue="q", timeout=0)
+    # Someone waits on the job: with nobody waiting the answers are never tried.
+    await client.send({"cmd": "WaitJob", "id": job_id, "timeout": 10_000, "reqId": "w"})
     with caplog.at_level(logging.ERROR):
         assert (await client.call("ACK", id=job_id))["ok"] is True
     assert logged(caplog) == ["answering WaitJob failed"]
