@@ -123,6 +123,16 @@ async def test_stall_timeout_requeues_then_fails(client: FrameClient, autojump_c
     assert (job["state"], job["failedReason"]) == ("failed", "Job stalled 3 times")
 
 
+async def test_a_stall_timeout_of_one_millisecond_is_kept(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, stallTimeout=1, maxAttempts=10)
+    await client.call("PULL", queue="q")
+    await trio.sleep(0.002)
+    job = await get_job(client, job_id)
+    assert (job["state"], job["stallCount"]) == ("waiting", 1)
+
+
 async def test_without_stall_timeout_a_silent_lease_is_kept(
     client: FrameClient, autojump_clock
 ) -> None:
