@@ -6,6 +6,7 @@ import pytest
 import trio
 
 from tests.conftest import Connect
+from tests.engine.test_dlq import fail_for_good
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_settle import get_job, lease
 from tests.support.client import FrameClient
@@ -272,12 +273,20 @@ async def test_compact_memory_drops_only_the_timers_that_no_longer_apply(
     await client.call("PULL", queue="done")
     await client.call("ACK", id=done)  # its ttl no longer applies
     expiring = await push(client, queue="expiring", ttl=3000)
+    config = {"autoRetry": True, "autoRetryInterval": 1000}
+    await client.call("SetDlqConfig", queue="dlq", config=config)
+    dead = await fail_for_good(client, "dlq")
+    await client.call("RetryDlq", queue="dlq", jobId=dead)
+    await fail_for_good(client, "dlq", dead)  # its first auto-retry no longer applies
     assert (await client.call("CompactMemory"))["ok"] is True
     kinds = sorted(timer.kind for timer in app.actor.engine.state.wheel.heap)
-    assert kinds == ["lease", "promote", "promote", "retention", "stall", "timeout", "ttl"]
+    assert kinds == [
+        "dlq-retry", "lease", "promote", "promote", "retention", "retention", "stall", "timeout",
+        "ttl",
+    ]  # fmt: skip
     await trio.sleep(10.001)  # every deadline kept still fires
     states = []
-    for job_id in (leased, later, retried, timed, stalled, expiring):
+    for job_id in (leased, later, retried, timed, stalled, expiring, dead):
         job = await get_job(client, job_id)
         states.append((job["state"], job["stallCount"], job["failedReason"]))
     assert states == [
@@ -287,6 +296,7 @@ async def test_compact_memory_drops_only_the_timers_that_no_longer_apply(
         ("failed", 0, "Job timeout exceeded"),
         ("waiting", 1, None),
         ("failed", 0, "Job expired (ttl)"),
+        ("waiting", 0, None),  # retried from the dead-letter queue by itself
     ]
 
 
