@@ -9,6 +9,7 @@ The rules are functions over `TimedState`, the part of EngineState they may touc
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Protocol
 
 from .dlq import DLQ_RETRY, DeadLetterState, auto_retry
@@ -44,9 +45,13 @@ def retry_delay(job: Job) -> float:
         if config["type"] == "fixed":
             return min(job.opts.backoff, cap)
     exponent = max(job.attempts - 1, 0)
-    if exponent > 64:
+    try:
+        # base·2^exponent, exact and cheap for any exponent (a base of 0 stays 0, and retries
+        # at once however many attempts were spent)
+        delay = math.ldexp(job.opts.backoff, exponent)
+    except OverflowError:  # past the largest float, so past any cap
         return cap
-    return min(job.opts.backoff * (2**exponent), cap)
+    return min(delay, cap)
 
 
 class TimedState(DeadLetterState, Protocol):

@@ -118,6 +118,28 @@ async def test_stall_config_applies_to_jobs_without_their_own(
     assert bad["error"] == "unknown config key: nope"
 
 
+async def test_a_disabled_stall_config_checks_no_job(client: FrameClient, autojump_clock) -> None:
+    config = {"enabled": False, "stallInterval": 1000, "maxStalls": 1}
+    assert (await client.call("SetStallConfig", queue="q", config=config))["ok"] is True
+    job_id = await push(client)
+    await client.call("PULL", queue="q")
+    await trio.sleep(10)
+    assert await state_of(client, job_id) == "active"
+
+
+async def test_a_stall_timeout_of_zero_leaves_the_job_to_its_queue_stall_config(
+    client: FrameClient, autojump_clock
+) -> None:
+    config = {"stallInterval": 1000, "maxStalls": 1}
+    await client.call("SetStallConfig", queue="q", config=config)
+    job_id = await push(client, stallTimeout=0)  # 0 is none of its own, as for ttl and timeout
+    await client.call("PULL", queue="q")
+    await trio.sleep(0.999)
+    assert await state_of(client, job_id) == "active"
+    await trio.sleep(0.002)
+    assert await state_of(client, job_id) == "failed"
+
+
 async def test_stats_and_metrics(client: FrameClient) -> None:
     await push(client)
     done = await push(client)

@@ -32,6 +32,15 @@ async def test_timeout_fails_the_attempt_at_its_deadline(
     assert await state_of(client, job_id) == "failed"
 
 
+async def test_a_final_timeout_forgets_a_job_with_remove_on_fail(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=1, removeOnFail=True)
+    await client.call("PULL", queue="q")
+    await trio.sleep(1.001)
+    assert await state_of(client, job_id) == "unknown"
+
+
 async def test_late_fail_and_stale_token_after_a_timeout(
     client: FrameClient, autojump_clock
 ) -> None:
@@ -121,6 +130,16 @@ async def test_stall_timeout_requeues_then_fails(client: FrameClient, autojump_c
     await trio.sleep(1.001)
     job = await get_job(client, job_id)
     assert (job["state"], job["failedReason"]) == ("failed", "Job stalled 3 times")
+
+
+async def test_a_stall_timeout_of_one_millisecond_is_kept(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, stallTimeout=1, maxAttempts=10)
+    await client.call("PULL", queue="q")
+    await trio.sleep(0.002)
+    job = await get_job(client, job_id)
+    assert (job["state"], job["stallCount"]) == ("waiting", 1)
 
 
 async def test_without_stall_timeout_a_silent_lease_is_kept(

@@ -69,6 +69,25 @@ async def test_a_failure_event_says_why(client: FrameClient, app: App) -> None:
     assert message["data"] == {"queue": "q", "jobId": job_id, "error": "boom"}
 
 
+async def test_a_stall_event_says_how_many_times(
+    client: FrameClient, app: App, autojump_clock
+) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:stalled"])
+    job_id = await push(client, stallTimeout=1000, maxAttempts=5)
+    for _ in range(2):
+        await client.call("PULL", queue="q")
+        await trio.sleep(1.001)
+    counts = []
+    while True:
+        try:
+            message = subscription.receive.receive_nowait()
+        except trio.WouldBlock:
+            break
+        counts.append(message["data"])
+    assert counts == [{"queue": "q", "jobId": job_id, "stallCount": n} for n in (1, 2)]
+
+
 async def test_drained_jobs_are_announced_as_removed(client: FrameClient, app: App) -> None:
     assert app.actor is not None
     subscription = app.actor.bus.subscribe(["job:removed"])

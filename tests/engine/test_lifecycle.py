@@ -6,6 +6,7 @@ import pytest
 import trio
 
 from tests.conftest import Connect
+from tests.engine.test_dlq import fail_for_good
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_settle import get_job, lease
 from tests.support.client import FrameClient
@@ -250,6 +251,53 @@ async def test_compact_memory_keeps_every_job_and_timer_that_matters(
     assert await state_of(client, later) == "waiting"
     pulled = await client.call("PULLB", queue="q", count=5)
     assert [job["id"] for job in pulled["jobs"]] == [ready, later]
+
+
+async def test_compact_memory_drops_only_the_timers_that_no_longer_apply(
+    client: FrameClient, app, autojump_clock
+) -> None:
+    leased = await push(client, queue="lease", backoff=0)
+    first = (await client.call("PULL", queue="lease", owner="w", lockTtl=10_000))["token"]
+    await client.call("FAIL", id=leased, token=first)  # retried at once
+    await client.call("PULL", queue="lease", owner="w", lockTtl=10_000)  # a second lease
+    later = await push(client, queue="later", delay=5000)
+    await client.call("ChangeDelay", id=later, delay=6000)
+    retried = await push(client, queue="retried", timeout=2000, stallTimeout=1500, backoff=60_000)
+    await client.call("PULL", queue="retried")
+    await client.call("FAIL", id=retried)  # its timeout and stall check no longer apply
+    timed = await push(client, queue="timed", timeout=2000, maxAttempts=1)
+    stalled = await push(client, queue="stalled", stallTimeout=1500, maxAttempts=5)
+    await client.call("PULLB", queue="timed", count=1)
+    await client.call("PULLB", queue="stalled", count=1)
+    done = await push(client, queue="done", ttl=3000)
+    await client.call("PULL", queue="done")
+    await client.call("ACK", id=done)  # its ttl no longer applies
+    expiring = await push(client, queue="expiring", ttl=3000)
+    config = {"autoRetry": True, "autoRetryInterval": 1000}
+    await client.call("SetDlqConfig", queue="dlq", config=config)
+    dead = await fail_for_good(client, "dlq")
+    await client.call("RetryDlq", queue="dlq", jobId=dead)
+    await fail_for_good(client, "dlq", dead)  # its first auto-retry no longer applies
+    assert (await client.call("CompactMemory"))["ok"] is True
+    kinds = sorted(timer.kind for timer in app.actor.engine.state.wheel.heap)
+    assert kinds == [
+        "dlq-retry", "lease", "promote", "promote", "retention", "retention", "stall", "timeout",
+        "ttl",
+    ]  # fmt: skip
+    await trio.sleep(10.001)  # every deadline kept still fires
+    states = []
+    for job_id in (leased, later, retried, timed, stalled, expiring, dead):
+        job = await get_job(client, job_id)
+        states.append((job["state"], job["stallCount"], job["failedReason"]))
+    assert states == [
+        ("waiting", 1, "Job failed"),  # the second lease expired
+        ("waiting", 0, None),
+        ("delayed", 0, "Job failed"),
+        ("failed", 0, "Job timeout exceeded"),
+        ("waiting", 1, None),
+        ("failed", 0, "Job expired (ttl)"),
+        ("waiting", 0, None),  # retried from the dead-letter queue by itself
+    ]
 
 
 async def test_set_webhook_enabled_for_an_unknown_webhook(client: FrameClient) -> None:

@@ -160,6 +160,23 @@ async def test_a_repeating_job_started_before_a_crash_adds_its_successor_once(
         assert (counts["active"], counts["delayed"]) == (1, 1)  # its successor, made once
 
 
+async def test_a_job_held_once_then_pulled_detached_stays_active_across_a_restart(
+    store_factory: StoreFactory,
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        job_id = await push(client, maxAttempts=2, backoff=0)
+        await client.call("PULL", queue="q", detach=False)  # held by this connection
+        await client.call("FAIL", id=job_id, error="once")  # retried at once: waiting again
+        reply = await client.call("PULL", queue="q", detach=True)
+        assert reply["job"]["id"] == job_id
+    async with broker.running() as connect:
+        client = await connect()
+        job = (await client.call("GetJob", id=job_id))["job"]
+        assert (job["state"], job["attempts"]) == ("active", 1)
+
+
 async def test_leased_job_keeps_its_lease_across_a_restart(
     store_factory: StoreFactory, autojump_clock
 ) -> None:

@@ -154,6 +154,21 @@ async def test_backoff_is_capped_at_one_hour(client: FrameClient, autojump_clock
     assert await retry_delays(client, "q", job_id, 2) == [2_000_000, 3_600_000]
 
 
+async def test_a_backoff_of_zero_retries_at_once_however_many_attempts(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, backoff=0, maxAttempts=100)
+    assert await retry_delays(client, "q", job_id, 70) == [0] * 70
+
+
+async def test_a_backoff_past_the_largest_number_waits_its_cap(
+    client: FrameClient, autojump_clock
+) -> None:
+    backoff = {"delay": 4e15, "maxDelay": 5}  # 4e15·2^972 is past the largest float
+    job_id = await push(client, backoff=backoff, maxAttempts=2000)
+    assert await retry_delays(client, "q", job_id, 975) == [5] * 975
+
+
 async def test_fail_after_max_attempts_goes_to_failed_with_stack(client: FrameClient) -> None:
     job_id = await push(client, maxAttempts=1, stackTraceLimit=2)
     await client.call("PULL", queue="q")

@@ -290,6 +290,30 @@ def test_the_log_is_flushed_every_few_pages_and_checkpointed_once_flushed(tmp_pa
     assert len(sync.calls) == 5
 
 
+def test_after_the_flush_at_the_checkpoint_size_the_next_is_a_full_step_later(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "trioq.db")
+    sync = StepSync()
+    store = SqliteStore(path, checkpoint_frames=35, flush_every=10, wal_sync=sync)
+    try:
+        for frames in (10, 20, 30):
+            commit_until(store, path, frames)
+            sync.wait_entered()
+            sync.let_go()
+        commit_until(store, path, 35)
+        sync.wait_entered()  # the flush at the checkpoint's size, held in the kernel
+        commit_until(store, path, 45)  # not checkpointed: that flush has not finished
+        sync.let_go()
+        sync.wait_entered()  # the next flush asked for: at 35 + 10 pages, not at 36
+        sync.let_go()
+        wait_until(lambda: store._flusher.flushed == 45)
+    finally:
+        sync.let_go(10)
+        store.close()
+    assert len(sync.calls) == 5
+
+
 def test_a_log_the_flusher_cannot_flush_is_checkpointed_at_twice_the_size(tmp_path: Path) -> None:
     path = str(tmp_path / "trioq.db")
     sync = StepSync()
