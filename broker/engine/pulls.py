@@ -253,3 +253,7 @@ class Pulls:
             waiter.session.stage_reply(reply, waiter.req_id)
         if waiters:  # `drop_answered`'s first check, inline: the served poll left the deque
             drop_answered(waiters)
+        # The served polls' timers, when they are next due (as under a steady stream of
+        # long polls): gone now, the actor sleeps until a live deadline instead of waking for
+        # each of them and the heap stays small.
+        self.state.wheel.drop_done(POLL)

@@ -49,6 +49,14 @@ class TimerWheel:
         entry = _new_tuple(Timer, (at_ms, next(self._seq), kind, target, token))
         heapq.heappush(self.heap, entry)
 
+    def drop_done(self, kind: str) -> None:
+        """Pop the timers of `kind` at the top of the heap whose target is `done` (lazy
+        deletion, done early for the top): a served long poll leaves its timer behind, and
+        left there the actor would wake for it when it falls due."""
+        heap = self.heap
+        while heap and heap[0].kind == kind and heap[0].target.done:
+            heapq.heappop(heap)
+
     def compact(self, is_current: Any) -> list[Timer]:
         """Keep only the timers `is_current(timer)` approves (lazy deletion's bulk prune);
         returns the old heap, for the caller to let go of when convenient."""

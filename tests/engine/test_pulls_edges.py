@@ -56,3 +56,21 @@ async def test_obliterate_answers_the_parked_polls(connect: Connect, autojump_cl
     assert (await admin.call("Obliterate", queue="q"))["ok"] is True
     reply = await worker.receive_for("p")
     assert without_req_id(reply) == {"ok": True, "jobs": [], "tokens": []}
+
+
+async def test_a_served_poll_leaves_no_timer_to_wake_the_broker(
+    connect: Connect, app, autojump_clock
+) -> None:
+    # Under a steady stream of long polls each served one's timer would come due and wake
+    # the actor for nothing; the poll still parked keeps its timer and times out on it.
+    first, second, producer = await connect(), await connect(), await connect()
+    await first.send({"cmd": "PULL", "queue": "q", "timeout": 5000, "reqId": "a"})
+    await trio.sleep(1)
+    await second.send({"cmd": "PULL", "queue": "q", "timeout": 5000, "reqId": "b"})
+    await trio.sleep(1)
+    job_id = await push(producer)
+    assert (await first.receive_for("a"))["job"]["id"] == job_id
+    wheel = app.actor.engine.state.wheel
+    assert [timer.target.req_id for timer in wheel.heap] == ["b"]
+    assert (await second.receive_for("b"))["job"] is None
+    assert len(wheel) == 0
