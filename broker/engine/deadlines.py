@@ -155,6 +155,10 @@ def fire_timers(state: TimedState, now: float) -> list[tuple[str, Any, Any]]:
     broker does not stop (a stored cause would stop it again at every restart)."""
     for_engine: list[tuple[str, Any, Any]] = []
     for timer in state.wheel.pop_due(now):
+        if timer.kind == POLL and timer.target.done:
+            # A served long poll's timer (one per parked PULL a job was handed to): nothing to
+            # do, and it need not pass every rule below and then the engine's.
+            continue
         try:
             handled = _apply_timer(state, timer, now)
         except Exception:

@@ -86,7 +86,10 @@ class Pulls:
         """PULL/PULLB: claim ready jobs now, or park until one arrives or the timeout passes."""
         batch = isinstance(command, cmd.PullBatch)
         count = command.count if batch else 1  # type: ignore[attr-defined]
-        queue = self.state.queue(command.queue)
+        state = self.state
+        queue = state.queues.get(command.queue)  # `state.queue`, inline when the queue exists
+        if queue is None:
+            queue = state.queue(command.queue)
         if queue.has_ready():
             jobs, tokens = self._claim(queue, session, command, count, now)
         else:
@@ -96,7 +99,7 @@ class Pulls:
         # Only a poll that parks becomes a Waiter (most PULLs of a busy queue are served now).
         waiter = Waiter(session, command.reqId, command, count, batch)
         queue.waiters.append(waiter)
-        self.state.wheel.schedule(now + command.timeout, POLL, waiter)
+        state.wheel.schedule(now + command.timeout, POLL, waiter)
         return None
 
     def _claim(
@@ -244,5 +247,11 @@ class Pulls:
                 waiters.appendleft(waiter)
                 return  # at the front, not answered: nothing for drop_answered
             waiter.done = True
-            waiter.session.stage_reply(self._answer(waiter, jobs, tokens), waiter.req_id)
-        drop_answered(waiters)
+            reply = self._pulled(waiter.command, waiter.batch, jobs, tokens)  # `_answer`, inline
+            waiter.session.stage_reply(reply, waiter.req_id)
+        if waiters:  # `drop_answered`'s first check, inline: the served poll left the deque
+            drop_answered(waiters)
+        # The served polls' timers, when they are next due (as under a steady stream of
+        # long polls): gone now, the actor sleeps until a live deadline instead of waking for
+        # each of them and the heap stays small.
+        self.state.wheel.drop_done(POLL)

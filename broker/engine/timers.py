@@ -25,6 +25,9 @@ class Timer(NamedTuple):
     token: Any
 
 
+_new_tuple = tuple.__new__
+
+
 class TimerWheel:
     """Deadlines in epoch milliseconds; pure (the caller passes `now_ms`)."""
 
@@ -41,7 +44,18 @@ class TimerWheel:
 
     def schedule(self, at_ms: float, kind: str, target: Any, token: Any = None) -> None:
         """Arrange for (kind, target, token) to come out of `pop_due` once `at_ms` has passed."""
-        heapq.heappush(self.heap, Timer(at_ms, next(self._seq), kind, target, token))
+        # `tuple.__new__` is the NamedTuple's constructor without its Python-level `__new__`
+        # frame (a parked long poll schedules one timer per PULL).
+        entry = _new_tuple(Timer, (at_ms, next(self._seq), kind, target, token))
+        heapq.heappush(self.heap, entry)
+
+    def drop_done(self, kind: str) -> None:
+        """Pop the timers of `kind` at the top of the heap whose target is `done` (lazy
+        deletion, done early for the top): a served long poll leaves its timer behind, and
+        left there the actor would wake for it when it falls due."""
+        heap = self.heap
+        while heap and heap[0].kind == kind and heap[0].target.done:
+            heapq.heappop(heap)
 
     def compact(self, is_current: Any) -> list[Timer]:
         """Keep only the timers `is_current(timer)` approves (lazy deletion's bulk prune);

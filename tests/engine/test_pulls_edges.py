@@ -156,3 +156,37 @@ async def test_a_queue_keeps_no_poll_it_has_answered(
     assert (await worker.receive_for("long"))["job"]["id"] == job_id
     assert app.actor is not None
     assert list(app.actor.engine.state.queues["q"].waiters) == []
+
+
+async def test_a_served_poll_leaves_no_timer_to_wake_the_broker(
+    connect: Connect, app, autojump_clock
+) -> None:
+    # Under a steady stream of long polls each served one's timer would come due and wake
+    # the actor for nothing; the poll still parked keeps its timer and times out on it.
+    first, second, producer = await connect(), await connect(), await connect()
+    await first.send({"cmd": "PULL", "queue": "q", "timeout": 5000, "reqId": "a"})
+    await trio.sleep(1)
+    await second.send({"cmd": "PULL", "queue": "q", "timeout": 5000, "reqId": "b"})
+    await trio.sleep(1)
+    job_id = await push(producer)
+    assert (await first.receive_for("a"))["job"]["id"] == job_id
+    wheel = app.actor.engine.state.wheel
+    assert [timer.target.req_id for timer in wheel.heap] == ["b"]
+    assert (await second.receive_for("b"))["job"] is None
+    assert len(wheel) == 0
+
+
+async def test_serving_a_poll_leaves_an_earlier_job_timer_alone(
+    connect: Connect, autojump_clock, caplog
+) -> None:
+    # The delayed job's promotion is the wheel's first timer when the poll is served: it is no
+    # poll's, so it stays (and nothing fails on the way).
+    worker, producer = await connect(), await connect()
+    delayed = await push(producer, delay=3000)
+    await worker.send({"cmd": "PULL", "queue": "q", "timeout": 9000, "reqId": "a"})
+    await trio.sleep(1)
+    now_id = await push(producer)
+    assert (await worker.receive_for("a"))["job"]["id"] == now_id
+    reply = await worker.call("PULL", queue="q", timeout=9000)
+    assert reply["job"]["id"] == delayed
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
