@@ -760,7 +760,8 @@ class EngineState:
         holdings = self.holdings
         entry = (COMPLETED, self.now, None)  # what every job's timeline gains
         settled: list[str] = []  # the queue of each job settled inline
-        name, counts = "", {}  # the last job's queue and its counts
+        name: str | None = None  # the last job's queue (None before the first job)
+        counts: dict[str, int] = {}  # and its counts
         for job, result in zip(jobs, results, strict=True):
             opts = job.opts
             if (

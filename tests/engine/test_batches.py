@@ -106,6 +106,7 @@ async def test_ackb_ignores_a_repeated_id_and_a_removed_job_and_settles_the_rest
 ) -> None:
     first, removed, last = await pushed_and_pulled(client, {}, {"removeOnComplete": True}, {})
     reply = await client.call("ACKB", ids=[first, removed, first, last, removed])
+    assert reply["ok"] is True
     assert reply["data"] == {"ignoredIds": [first, removed], "ignoredIndices": [2, 4]}
     assert [await state_of(client, job_id) for job_id in (first, removed, last)] == [
         "completed", "unknown", "completed",
@@ -214,3 +215,60 @@ async def test_a_batch_keeps_a_long_timeline_at_its_cap(client: FrameClient) -> 
     timeline = (await client.call("GetJob", id=job_id))["job"]["timeline"]
     assert len(timeline) == 20
     assert [entry["state"] for entry in timeline[-3:]] == ["waiting", "active", "completed"]
+
+
+async def test_an_ackb_releases_the_jobs_waiting_on_its_jobs(client: FrameClient) -> None:
+    parent = await push(client)
+    child = await push(client, dependsOn=[parent])
+    assert (await client.call("PULLB", queue="q", count=5))["jobs"][0]["id"] == parent
+    assert await state_of(client, child) == "waiting-children"
+    assert (await client.call("ACKB", ids=[parent]))["ok"] is True
+    assert await state_of(client, child) == "waiting"
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == child
+
+
+async def test_ackb_ends_the_key_group_debounce_and_lease_each_job_held(
+    client: FrameClient,
+) -> None:
+    options = ({"uniqueKey": "k"}, {"group": {"id": "g"}}, {"debounce": {"id": "d"}})
+    keyed, grouped, debounced = await pushed_and_pulled(client, *options)
+    leased = await push(client)
+    token = (await client.call("PULL", queue="q", owner="w"))["token"]
+    ids = [keyed, grouped, debounced, leased]
+    reply = await client.call("ACKB", ids=ids, tokens=[None, None, None, token])
+    assert reply["ok"] is True and "data" not in reply
+    # The lease ended with the job: run again without one, it is acked without a token.
+    assert (await client.call("RetryCompleted", queue="q", id=leased))["count"] == 1
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == leased
+    assert (await client.call("ACK", id=leased))["ok"] is True
+    active = await client.call("GetGroupActiveCount", queue="q", groupId="g")
+    assert active["data"]["count"] == 0
+    assert (await client.call("PUSH", queue="q", data={}, uniqueKey="k"))["id"] != keyed
+    assert (await client.call("PUSH", queue="q", data={}, debounce={"id": "d"}))["id"] != debounced
+
+
+async def test_a_connection_that_acked_part_of_its_batch_still_releases_the_rest(
+    connect: Connect,
+) -> None:
+    worker, producer = await connect(), await connect()
+    ids = [await push(producer) for _ in range(3)]
+    assert len((await worker.call("PULLB", queue="q", count=3))["jobs"]) == 3
+    assert (await worker.call("ACKB", ids=ids[:1]))["ok"] is True
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert [await state_of(producer, job_id) for job_id in ids] == [
+        "completed", "waiting", "waiting",
+    ]  # fmt: skip
+
+
+async def test_two_ackbs_add_up_in_the_totals_and_the_processing_time(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    ids = await pushed_and_pulled(client, {}, {}, {}, {})
+    await trio.sleep(0.5)
+    assert (await client.call("ACKB", ids=ids[:2]))["ok"] is True
+    assert (await client.call("ACKB", ids=ids[2:]))["ok"] is True
+    assert (await client.call("Metrics"))["metrics"]["totalCompleted"] == 4
+    text = (await client.call("Prometheus"))["data"]["metrics"]
+    match = re.search(r"^trioq_processing_seconds_sum (\S+)$", text, re.M)
+    assert match is not None and float(match[1]) == pytest.approx(2.0)

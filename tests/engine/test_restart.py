@@ -420,3 +420,18 @@ async def test_a_long_start_up_lets_other_tasks_run_while_it_reads_the_rows() ->
     finally:
         trio.lowlevel.remove_instrument(instrument)
     assert LOAD_SLICE in yields_at, yields_at  # mid-scan, not only once every row was read
+
+
+async def test_a_batch_acked_job_is_still_completed_after_a_restart(
+    store_factory: StoreFactory,
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        ids = [await push(client), await push(client)]
+        assert len((await client.call("PULLB", queue="q", count=2))["jobs"]) == 2
+        assert (await client.call("ACKB", ids=ids, results=[{"r": 1}, {"r": 2}]))["ok"] is True
+    async with broker.running() as connect:
+        client = await connect()
+        assert [await state_of(client, job_id) for job_id in ids] == ["completed"] * 2
+        assert (await client.call("GetResult", id=ids[1]))["result"] == {"r": 2}

@@ -14,7 +14,7 @@ import trio.testing
 from broker.app import App
 from broker.config import Config
 from broker.server import sse
-from tests.conftest import start_app
+from tests.conftest import memory_connector, start_app
 from tests.server.test_http import http
 
 TOKEN = "s3cret"
@@ -344,3 +344,17 @@ async def test_a_client_that_leaves_is_forgotten(app: App, nursery: trio.Nursery
     await client.served.wait()
     assert app.http.sse_clients == 0
     assert not app.actor.bus.listening()
+
+
+async def test_a_batch_nobody_listened_to_leaves_no_event_for_a_later_client(
+    app: App, nursery: trio.Nursery
+) -> None:
+    worker = await memory_connector(app, nursery)()
+    ids = [await push(app, nursery, "mail") for _ in range(2)]
+    assert len((await worker.call("PULLB", queue="mail", count=2))["jobs"]) == 2
+    assert (await worker.call("ACKB", ids=ids))["ok"] is True
+    client = await SseClient.open(app, nursery)
+    await client.message()
+    job_id = await push(app, nursery, "mail")
+    event_id, name, data = await client.job_event()
+    assert (event_id, name, data["data"]["jobId"]) == ("1", "job:pushed", job_id)
