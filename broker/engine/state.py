@@ -488,6 +488,10 @@ class EngineState:
             self.events.append(("active", job, {}))
         if owner is None:
             return None
+        return self._lease(job, now, owner, lock_ttl)
+
+    def _lease(self, job: Job, now: float, owner: str, lock_ttl: float) -> str:
+        """Give a job just started a lease held by `owner` for `lock_ttl`; returns its token."""
         token = uuid7()
         job.lock_token = token
         job.lock_owner = owner
@@ -555,16 +559,7 @@ class EngineState:
                 on_start(now - job.run_at)
             if events is not None:
                 events.append(("active", job, {}))
-            if owner is None:
-                tokens.append(None)
-                continue
-            token = uuid7()
-            job.lock_token = token
-            job.lock_owner = owner
-            job.lock_ttl = lock_ttl
-            job.lock_expires_at = now + lock_ttl
-            self.wheel.schedule(job.lock_expires_at, LEASE, job, token)
-            tokens.append(token)
+            tokens.append(None if owner is None else self._lease(job, now, owner, lock_ttl))
         self.totals["pulled"] += started
         return tokens
 
