@@ -83,10 +83,10 @@ class App:
         """Connect an engine to its metrics and webhooks (the dispatcher still has to run)."""
         config = self.config
         metrics = Metrics(actor.engine.state, lambda: len(tcp.connections), role)
-        # The histograms' own methods: one call per job, not two (`job_started` calls it).
-        actor.engine.state.on_start = metrics.push_to_start.observe_ms
-        actor.engine.state.on_complete = metrics.processing.observe_ms
-        actor.on_pass = metrics.pass_commands.observe
+        # The histograms' `record`, a list's append: the engine calls them for every job.
+        actor.engine.state.on_start = metrics.push_to_start.record
+        actor.engine.state.on_complete = metrics.processing.record
+        actor.on_pass = metrics.after_pass
         engine = actor.engine
         engine.prometheus = lambda: metrics.render().decode()  # the Prometheus command
         engine.webhooks.allow_private = config.allow_private_webhooks

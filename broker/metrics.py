@@ -18,6 +18,9 @@ from prometheus_client.registry import Collector
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 3600)
 PASS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+FOLD_AT = 4096
+"""Recorded values a histogram may hold uncounted after a pass (sorting 4096 floats takes well
+under a millisecond)."""
 
 
 class EngineCollector(Collector):
@@ -46,27 +49,60 @@ class EngineCollector(Collector):
 
 
 class FastHistogram:
-    """Bucket counts kept in plain lists: observing costs a bisect and two additions, with no
-    lock (everything runs on the event loop's thread), which matters on the engine's path."""
+    """A histogram whose values are counted into buckets in bulk.
 
-    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+    `record` is the bound `append` of a list: the engine calls it for every job it starts and
+    completes, and a C method call costs a fraction of a Python one (callgrind, PULLB 100 +
+    ACKB: about 5.5k instructions a job went to the two per-job observations). The recorded
+    values are sorted and counted by `fold`, before every read and once `backlog` holds
+    FOLD_AT of them (`Metrics.after_pass` checks after each pass), so they stay bounded.
+    Values are in the unit of `per_second` per second (1000: milliseconds); a negative one
+    (a clock step back) counts as 0.
+    """
+
+    def __init__(
+        self, name: str, documentation: str, buckets: tuple[float, ...], per_second: float = 1.0
+    ) -> None:
         self.name = name
         self.documentation = documentation
         self.bounds = list(buckets)
-        self.counts = [0] * (len(buckets) + 1)
-        self.total = 0.0
+        self.per_second = per_second
+        self._counts = [0] * (len(buckets) + 1)
+        self._total = 0.0
+        self.backlog: list[float] = []
+        self.record: Callable[[float], None] = self.backlog.append
 
-    def observe(self, value: float) -> None:
-        """Count one value."""
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
+    @property
+    def counts(self) -> list[int]:
+        """How many values fell in each bucket (the last: above every bound), not cumulative."""
+        self.fold()
+        return self._counts
 
-    def observe_ms(self, took_ms: float) -> None:
-        """Count one duration given in milliseconds, in seconds (a negative one as 0): one call
-        per job on the engine's path, where `observe` behind a converting method made two."""
-        seconds = took_ms / 1000 if took_ms > 0 else 0.0
-        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
-        self.total += seconds
+    @property
+    def total(self) -> float:
+        """The sum of the values, in seconds."""
+        self.fold()
+        return self._total
+
+    def fold(self) -> None:
+        """Count the recorded values into their buckets and the total."""
+        backlog = self.backlog
+        if not backlog:
+            return
+        backlog.sort()
+        per_second = self.per_second
+
+        def seconds(value: float) -> float:
+            return value / per_second if value > 0 else 0.0
+
+        below = 0  # values in the buckets counted so far
+        for index, bound in enumerate(self.bounds):
+            upto = bisect.bisect_right(backlog, bound, lo=below, key=seconds)
+            self._counts[index] += upto - below
+            below = upto
+        self._counts[-1] += len(backlog) - below
+        self._total += sum(backlog[bisect.bisect_right(backlog, 0) :]) / per_second
+        backlog.clear()
 
     def family(self) -> HistogramMetricFamily:
         """The histogram as Prometheus wants it (cumulative buckets)."""
@@ -116,16 +152,29 @@ class Metrics:
         if role is not None:  # several brokers on PostgreSQL: which one is active
             self.registry.register(RoleCollector(role))
         self.push_to_start = FastHistogram(
-            "trioq_push_to_start_seconds", "From a job's run time to its start", LATENCY_BUCKETS
-        )
+            "trioq_push_to_start_seconds", "From a job's run time to its start",
+            LATENCY_BUCKETS, per_second=1000,
+        )  # fmt: skip
         self.processing = FastHistogram(
-            "trioq_processing_seconds", "From a job's start to its completion", LATENCY_BUCKETS
-        )
+            "trioq_processing_seconds", "From a job's start to its completion",
+            LATENCY_BUCKETS, per_second=1000,
+        )  # fmt: skip
         self.pass_commands = FastHistogram(
             "trioq_engine_pass_commands", "Commands run in one engine pass", PASS_BUCKETS
         )
-        histograms = [self.push_to_start, self.processing, self.pass_commands]
-        self.registry.register(HistogramCollector(histograms))
+        self.histograms = [self.push_to_start, self.processing, self.pass_commands]
+        self.registry.register(HistogramCollector(self.histograms))
+        self._backlogs = tuple(histogram.backlog for histogram in self.histograms)
+
+    def after_pass(self, commands: int) -> None:
+        """The actor ran a pass of `commands` commands: record it, and count the values
+        recorded so far once a histogram holds FOLD_AT uncounted ones (bounded memory: a pass
+        records one value a job it starts or completes). Runs for every pass."""
+        starts, completions, passes = self._backlogs
+        passes.append(commands)
+        if len(starts) >= FOLD_AT or len(completions) >= FOLD_AT or len(passes) >= FOLD_AT:
+            for histogram in self.histograms:
+                histogram.fold()
 
     def render(self) -> bytes:
         """The text exposition format."""
