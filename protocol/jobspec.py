@@ -85,11 +85,6 @@ def backoff_options(value: Any) -> tuple[float | int, dict[str, Any] | None]:
     return base, config
 
 
-def optional_finite(value: Any, field: str) -> float | int | None:
-    """Read an optional finite number."""
-    return None if value is None else finite(value, field)
-
-
 def repeat_options(value: Any) -> dict[str, Any] | None:
     """Validate `repeat`; numbers finite, `every` positive; returned normalised."""
     if value is None:
