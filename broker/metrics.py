@@ -164,6 +164,7 @@ class Metrics:
         )
         self.histograms = [self.push_to_start, self.processing, self.pass_commands]
         self.registry.register(HistogramCollector(self.histograms))
+        # The three backlogs, unpacked by `after_pass` on every pass without attribute chains.
         self._backlogs = tuple(histogram.backlog for histogram in self.histograms)
 
     def after_pass(self, commands: int) -> None:
