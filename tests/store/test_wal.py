@@ -395,3 +395,35 @@ def test_a_failed_checkpoint_is_logged_and_tried_again_next_pass(
         assert [r.body for r in reopened.load()] == [last]
     finally:
         reopened.close()
+
+
+
+class ParkedCondition(threading.Condition):
+    """The flusher's condition, telling the test when its thread waits for work."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parked = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.parked.set()
+        return super().wait(timeout)
+
+
+def test_the_flusher_goes_on_flushing_after_a_restart_during_a_flush(wal: Path) -> None:
+    sync = StepSync()
+    flusher = WalFlusher(str(wal), sync=sync)
+    flusher._wake = condition = ParkedCondition()
+    try:
+        flusher.request(300)
+        sync.wait_entered()
+        flusher.restarted()  # checkpointed while the flush runs: the request is moot
+        sync.let_go()
+        assert condition.parked.wait(10), "the flusher stopped after the restart"
+        flusher.request(40)  # of the new log: still flushed
+        sync.wait_entered()
+        sync.let_go()
+    finally:
+        sync.let_go(5)
+        flusher.close()
+    assert flusher.flushed == 40
