@@ -16,6 +16,7 @@ from broker.clock import Clock
 from broker.config import Config
 from broker.engine.actor import Batch, EngineActor, Wake
 from broker.engine.core import Engine
+from broker.engine.inflight import InFlightCommit
 from store import LeaseLost
 from tests.conftest import EPOCH_MS, memory_connector
 from tests.engine.test_actor import RecordingSession
@@ -255,3 +256,40 @@ async def test_a_commit_returning_while_the_inbox_is_full_or_closed_is_no_error(
         actor._wake_if_parked()  # the inbox is full
         actor.inbox.close()
         actor._wake_if_parked()  # the inbox is closed
+
+
+def test_a_commit_returning_after_the_broker_stopped_is_dropped_quietly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A broker cancelled while a commit is in flight (a crash elsewhere, a hard stop) ends its
+    # Trio run before the worker thread returns. The result has nowhere to go then; delivering
+    # it must raise nothing on the worker thread (which would print a traceback at exit).
+    raised: list[BaseException] = []
+    delivered = threading.Event()
+    start_thread_soon = trio.lowlevel.start_thread_soon
+
+    def watched(job: Callable[[], Any], deliver: Callable[[Any], None]) -> None:
+        def deliver_watched(result: Any) -> None:
+            try:
+                deliver(result)
+            except BaseException as exc:
+                raised.append(exc)
+            finally:
+                delivered.set()
+
+        start_thread_soon(job, deliver_watched)
+
+    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", watched)
+    gate = threading.Event()
+
+    def commit_once_the_gate_opens(writes: tuple[Any, ...]) -> None:
+        gate.wait(BLOCKED_LOOP_S)
+
+    async def stop_with_a_commit_in_flight() -> None:
+        commit = InFlightCommit(("write",), [], [], wake=lambda: None)
+        commit.start(commit_once_the_gate_opens)
+
+    trio.run(stop_with_a_commit_in_flight)
+    gate.set()  # the commit returns after the run ended
+    assert delivered.wait(BLOCKED_LOOP_S)
+    assert raised == []
