@@ -136,6 +136,16 @@ async def test_pushb_applies_replace_like_push(client: FrameClient) -> None:
     assert job["data"] == 2
 
 
+async def test_get_job_answers_ok_with_the_job_and_an_error_for_an_unknown_id(
+    client: FrameClient,
+) -> None:
+    job_id = await push(client, data={"n": 1})
+    reply = await client.call("GetJob", id=job_id)
+    assert (reply["ok"], reply["job"]["id"], reply["job"]["data"]) == (True, job_id, {"n": 1})
+    missing = await client.call("GetJob", id="no-such-job")
+    assert (missing["ok"], missing["error"]) == (False, "Job not found")
+
+
 async def test_a_grouped_job_with_a_priority_is_prioritized(client: FrameClient) -> None:
     grouped = await push(client, groupId="g", priority=2)
     first_in_group = await push(client, groupId="g", priority=0)
