@@ -134,18 +134,27 @@ def broker_address() -> Iterator[tuple[str, int]]:
 
 
 _schemas = itertools.count(1)
-# Unique across the sessions that share a kept server (TRIOQ_TEST_POSTGRES_DIR).
-_SESSION_TAG = secrets.token_hex(4)
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PrivateServer]:
+def session_tag() -> str:
+    """A tag naming this test session's schemas, drawn when the session starts. Not at import:
+    mutmut forks every mutant's session from one process that imported this file, and schemas
+    named alike would then carry one mutant's jobs and leases into the next one's tests."""
+    return secrets.token_hex(4)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(session_tag: str) -> Iterator[PrivateServer]:
     """The session's private PostgreSQL server (tests may stop, kill and restart it, and must
     leave it running). With TRIOQ_TEST_POSTGRES_DIR set, one server kept in that directory
-    serves every session and outlives them (mutation runs start a session per mutant)."""
+    serves every session and outlives them (mutation runs start a session per mutant); each
+    session then drops its own schemas at its end, so thousands of sessions do not pile up."""
     kept = os.environ.get("TRIOQ_TEST_POSTGRES_DIR")
     if kept:
-        yield kept_server(Path(kept))
+        server = kept_server(Path(kept))
+        yield server
+        drop_schemas(server, f"t{session_tag}_")
         return
     server = start_private_server()
     try:
@@ -154,12 +163,28 @@ def postgres_server() -> Iterator[PrivateServer]:
         server.destroy()
 
 
+def drop_schemas(server: PrivateServer, prefix: str) -> None:
+    """Drop every schema whose name starts with `prefix` (starting the server if a test left
+    it down)."""
+    import psycopg
+
+    if not server.running():
+        server.start()
+    with psycopg.connect(server.url, autocommit=True) as connection:
+        names = connection.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)
+        ).fetchall()
+        for (name,) in names:
+            connection.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
 @pytest.fixture
-def pg_schema(postgres_server: PrivateServer) -> str:
-    """A schema name no other test of the session uses, so tests do not see each other."""
+def pg_schema(postgres_server: PrivateServer, session_tag: str) -> str:
+    """A schema name no other test of the session, nor any other session, uses, so tests do
+    not see each other."""
     if not postgres_server.running():  # a test that stopped it failed before restarting it
         postgres_server.start()
-    return f"t{_SESSION_TAG}_{next(_schemas)}"
+    return f"t{session_tag}_{next(_schemas)}"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
