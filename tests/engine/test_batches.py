@@ -272,3 +272,35 @@ async def test_two_ackbs_add_up_in_the_totals_and_the_processing_time(
     text = (await client.call("Prometheus"))["data"]["metrics"]
     match = re.search(r"^trioq_processing_seconds_sum (\S+)$", text, re.M)
     assert match is not None and float(match[1]) == pytest.approx(2.0)
+
+
+async def test_a_job_completed_again_by_ackb_counts_by_its_latest_completion(
+    keeping_two: FrameClient,
+) -> None:
+    # Completed A, completed B, then A retried and completed again: the cap of two forgets the
+    # oldest completion still standing, B's, not A's first (superseded) one.
+    first, second = await pushed_and_pulled(keeping_two, {}, {})
+    assert (await keeping_two.call("ACKB", ids=[first]))["ok"] is True
+    assert (await keeping_two.call("ACKB", ids=[second]))["ok"] is True
+    assert (await keeping_two.call("RetryCompleted", queue="q", id=first))["count"] == 1
+    assert (await keeping_two.call("PULL", queue="q"))["job"]["id"] == first
+    assert (await keeping_two.call("ACKB", ids=[first]))["ok"] is True
+    [third] = await pushed_and_pulled(keeping_two, {})
+    assert (await keeping_two.call("ACKB", ids=[third]))["ok"] is True
+    states = [await state_of(keeping_two, job_id) for job_id in (first, second, third)]
+    assert states == ["completed", "unknown", "completed"]
+
+
+async def test_a_job_completed_by_ackb_answers_its_waitjob_at_once(
+    connect: Connect, autojump_clock: object
+) -> None:
+    waiter, worker = await connect(), await connect()
+    [job_id] = await pushed_and_pulled(worker, {})
+    await waiter.send({"cmd": "WaitJob", "id": job_id, "timeout": 10_000, "reqId": "w"})
+    await trio.sleep(1)
+    acked = trio.current_time()
+    assert (await worker.call("ACKB", ids=[job_id], results=["done"]))["ok"] is True
+    assert await waiter.receive_for("w") == {
+        "ok": True, "completed": True, "result": "done", "reqId": "w",
+    }  # fmt: skip
+    assert trio.current_time() == acked  # by the ACKB, not by the WaitJob's timeout

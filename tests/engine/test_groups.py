@@ -129,3 +129,14 @@ async def test_a_grouped_job_counts_as_priority_zero_against_ungrouped_jobs(
     expected = [high, newest, ancient, plain, grouped_newest, grouped_ancient, grouped_first,
                 grouped_late, low]  # fmt: skip
     assert await pull_ids(client) == expected
+
+
+async def test_an_ackb_frees_its_jobs_groups(client: FrameClient) -> None:
+    a1, a2 = await push(client, groupId="a"), await push(client, groupId="a")
+    b1, b2 = await push(client, groupId="b"), await push(client, groupId="b")
+    one_each = {"concurrency": 1}
+    reply = await client.call("PULLB", queue="q", count=10, group=one_each)
+    assert [job["id"] for job in reply["jobs"]] == [a1, b1]
+    assert (await client.call("ACKB", ids=[a1, b1]))["ok"] is True
+    reply = await client.call("PULLB", queue="q", count=10, group=one_each)
+    assert [job["id"] for job in reply["jobs"]] == [a2, b2]

@@ -190,3 +190,17 @@ async def test_serving_a_poll_leaves_an_earlier_job_timer_alone(
     reply = await worker.call("PULL", queue="q", timeout=9000)
     assert reply["job"]["id"] == delayed
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
+async def test_obliterate_does_not_answer_a_poll_its_timeout_answered_again(
+    connect: Connect, autojump_clock
+) -> None:
+    worker, admin = await connect(), await connect()
+    await worker.send(
+        {"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "a"},
+        {"cmd": "PULL", "queue": "q", "timeout": 1000, "reqId": "b"},
+    )
+    assert (await worker.receive_for("b"))["job"] is None  # answered, still parked behind "a"
+    assert (await admin.call("Obliterate", queue="q"))["ok"] is True
+    assert (await worker.receive_for("a"))["job"] is None
+    assert await next_req_id(worker) == "ping"  # no second reply to "b"
