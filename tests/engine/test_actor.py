@@ -175,8 +175,8 @@ def test_an_engine_without_metrics_observers_settles_jobs() -> None:
     job_id = session.replies[1]["job"]["id"]
     engine.execute(session, command(cmd="ACK", id=job_id), EPOCH_MS + 5)
     assert session.replies[2] == {"ok": True}
-    for fields in ({"cmd": "PUSH", "queue": "q", "data": 2}, {"cmd": "PULLB", "queue": "q", "count": 5}):
-        engine.execute(session, command(**fields), EPOCH_MS)
+    engine.execute(session, command(cmd="PUSH", queue="q", data=2), EPOCH_MS)
+    engine.execute(session, command(cmd="PULLB", queue="q", count=5), EPOCH_MS)
     batch = [job["id"] for job in session.replies[4]["jobs"]]
     engine.execute(session, command(cmd="ACKB", ids=batch), EPOCH_MS + 5)
     assert session.replies[5] == {"ok": True}
