@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import trio
 
+from tests.conftest import EPOCH_MS
 from tests.engine.test_lifecycle_edges import without_req_id
 from tests.engine.test_push_pull import push, state_of
 from tests.engine.test_settle import get_job, lease
@@ -150,3 +151,76 @@ async def test_a_late_ackb_with_a_stale_token_is_refused_as_a_late_ack_is(
 async def test_get_job_of_an_unknown_id(client: FrameClient) -> None:
     reply = await client.call("GetJob", id="ghost")
     assert (reply["ok"], reply["error"]) == (False, "Job not found")
+
+
+async def test_a_late_fail_with_a_stale_token_is_refused_and_with_its_own_token_ignored(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=1)
+    token = (await client.call("PULL", queue="q", owner="w"))["token"]
+    await push(client)
+    other = (await client.call("PULL", queue="q", owner="w"))["token"]
+    await trio.sleep(1.001)  # the processing timeout finalised the first job
+    stale = await client.call("FAIL", id=job_id, token=other, error="boom")
+    assert stale["ok"] is False
+    late = await client.call("FAIL", id=job_id, token=token, error="boom")
+    assert late["data"] == {"applied": False, "reason": "already-finalized"}
+
+
+async def test_get_state_and_get_job_counts_answer_ok(client: FrameClient) -> None:
+    job_id = await push(client)
+    reply = without_req_id(await client.call("GetState", id=job_id))
+    assert reply == {"ok": True, "id": job_id, "state": "waiting"}
+    reply = without_req_id(await client.call("GetState", id="ghost"))
+    assert reply == {"ok": True, "id": "ghost", "state": "unknown"}
+    counts = await client.call("GetJobCounts", queue="q")
+    assert (counts["ok"], counts["counts"]["waiting"]) == (True, 1)
+
+
+async def test_a_stack_trace_limit_of_zero_keeps_no_stack(client: FrameClient) -> None:
+    job_id = await push(client, stackTraceLimit=0, maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="boom", stack=["at a", "at b"])
+    assert (await get_job(client, job_id))["stacktrace"] == []
+
+
+async def test_a_lease_expiring_past_max_stalls_fails_the_job_with_its_reason(
+    client: FrameClient, autojump_clock
+) -> None:
+    await client.call("SetStallConfig", queue="q", config={"maxStalls": 1})
+    kept = await push(client, maxAttempts=5)
+    assert (await lease(client, ttl=1000))[0] == kept
+    await trio.sleep(2)  # the lease expired: one stall, the queue's maximum
+    job = await get_job(client, kept)
+    assert (job["state"], job["failedReason"]) == ("failed", "Lock expired: job stalled 1 times")
+    removed = await push(client, maxAttempts=5, removeOnFail=True)
+    assert (await lease(client, ttl=1000))[0] == removed
+    await trio.sleep(2)
+    assert await state_of(client, removed) == "unknown"  # failed, then removed as asked
+
+
+async def test_a_repeating_job_waits_for_its_start_date(client: FrameClient) -> None:
+    later = await push(client, repeat={"every": 1000, "startDate": EPOCH_MS + 5000})
+    assert await state_of(client, later) == "delayed"
+    assert (await get_job(client, later))["runAt"] == EPOCH_MS + 5000
+    # A delay past the end date: no occurrence of the rule is left, the delay stands.
+    past_end = await push(client, delay=10_000, repeat={"every": 1000, "endDate": EPOCH_MS + 5000})
+    job = await get_job(client, past_end)
+    assert job["runAt"] == job["createdAt"] + 10_000
+    only_starting = await push(client, repeat={"limit": 2, "startDate": EPOCH_MS + 5000})
+    assert await state_of(client, only_starting) == "waiting"  # no rule: not a schedule
+
+
+async def test_a_processing_timeout_of_an_earlier_attempt_never_ends_a_later_one(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=3, backoff=100)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+    await trio.sleep(0.1)
+    await client.call("FAIL", id=job_id, error="first attempt")  # retried after 100 ms
+    await trio.sleep(0.3)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id  # the second attempt
+    await trio.sleep(0.8)  # past the first attempt's timeout, within the second's
+    assert await state_of(client, job_id) == "active"
+    await trio.sleep(0.3)  # past the second attempt's timeout
+    assert await state_of(client, job_id) != "active"

@@ -4,6 +4,7 @@ prefix cache's reset, and compaction dropping closed connections' parked polls."
 from __future__ import annotations
 
 import attrs
+import pytest
 
 from broker.engine import queues
 from broker.engine.model import DEFAULT_OPTIONS, Job, Options
@@ -58,3 +59,24 @@ def test_compaction_drops_polls_of_closed_connections_and_answered_polls() -> No
     state.waiters.extend([open_poll, closed_poll, answered_poll])
     state.compact()
     assert list(state.waiters) == [open_poll]
+
+
+def test_a_job_built_from_stored_fields_keeps_each_one_and_refuses_unknown_ones() -> None:
+    # A stored row gives every field by name: one at its default must not stop the rest, and
+    # a value of another type than the default (progress 0.0, not 0) is kept as given.
+    made = Job("j", "q", "default", b"", 0.0, 0.0, 0.0, DEFAULT_OPTIONS,
+               attempts=0, stall_count=2, progress=0.0, failed_reason="boom")  # fmt: skip
+    assert (made.stall_count, made.failed_reason) == (2, "boom")
+    assert type(made.progress) is float
+    assert "attempts" not in made.__dict__  # at its default: no room taken in the instance
+    with pytest.raises(TypeError, match="Job has no field 'colour'"):
+        Job("j", "q", "default", b"", 0.0, 0.0, 0.0, DEFAULT_OPTIONS, colour="red")
+
+
+def test_a_queue_counts_the_entries_of_its_heap_and_its_lane() -> None:
+    # The count bounds compaction: stale entries are dropped once they are over half of it.
+    state = QueueState("q")
+    state.push_ready(job("lane-1"), 1)
+    state.push_ready(job("lane-2"), 2)
+    state.push_ready(job("urgent", Options(priority=5)), 3)
+    assert (len(state.lane), len(state.ready), state.entries()) == (2, 1, 3)
