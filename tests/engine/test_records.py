@@ -159,3 +159,29 @@ def test_a_layout_too_long_for_a_3_byte_array_header_is_refused() -> None:
     records._row_builder(longest)
     with pytest.raises(RuntimeError, match=r"^the row's array header is no longer 3 bytes"):
         records._row_builder((*longest, "one_more"))
+
+
+def test_rows_read_back_share_their_options_as_pushed_jobs_do() -> None:
+    one, other = new_job("one"), new_job("other")
+    one.priority = other.priority = 4
+    loaded = [job_from_row(job_to_row(job))[0] for job in (one, other)]
+    assert loaded[0].opts is loaded[1].opts
+
+
+def test_a_row_of_an_older_shorter_layout_loads_with_defaults_for_the_missing_fields() -> None:
+    job = new_job("old")
+    job.queue, job.name = "-".join(["old", "queue"]), "-".join(["old", "name"])  # not interned
+    job.tags, job.depends_on, job.timeline = ("a",), ("dep",), ("waiting", EPOCH_MS, None)
+    job.attempts, job.stall_count, job.holder = 2, 1, "conn-1"
+    body = msgspec.msgpack.decode(job_to_row(job).body)
+    missing = PERSISTED[-1]  # a field added after the row was written
+    row = JobRow("old", "q", "waiting", msgspec.msgpack.encode(body[:-1]))
+    loaded, held = job_from_row(row)
+    assert held is True
+    for name in PERSISTED[:-1]:
+        assert getattr(loaded, name) == getattr(job, name), name
+    assert getattr(loaded, missing) == getattr(new_job("fresh"), missing)
+    assert [type(getattr(loaded, name)) for name in records.SEQUENCES] == [tuple] * 4
+    # One string per queue and job name, shared with the live jobs of the same names.
+    assert loaded.queue is records._shared("-".join(["old", "queue"]))
+    assert loaded.name is records._shared("-".join(["old", "name"]))
