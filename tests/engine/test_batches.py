@@ -304,3 +304,11 @@ async def test_a_job_completed_by_ackb_answers_its_waitjob_at_once(
         "ok": True, "completed": True, "result": "done", "reqId": "w",
     }  # fmt: skip
     assert trio.current_time() == acked  # by the ACKB, not by the WaitJob's timeout
+
+
+async def test_pullb_returns_jobs_with_large_data_intact(client: FrameClient) -> None:
+    bodies = ["x" * 5000, "y" * 3000]  # more than the reply's reserve per job
+    ids = [await push(client, data=body) for body in bodies]
+    reply = await client.call("PULLB", queue="q", count=2)
+    pulled = [(job["id"], job["data"]) for job in reply["jobs"]]
+    assert pulled == list(zip(ids, bodies, strict=True))
