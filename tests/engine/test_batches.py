@@ -136,8 +136,8 @@ async def test_an_ackb_past_the_completed_cap_keeps_the_newest(keeping_two: Fram
     assert (await keeping_two.call("GetResult", id=ids[2]))["result"] == "c"
 
 
-def prometheus_count(text: str, histogram: str) -> float:
-    match = re.search(rf"^{histogram}_count (\S+)$", text, re.M)
+def prometheus_sample(text: str, histogram: str, sample: str = "count") -> float:
+    match = re.search(rf"^{histogram}_{sample} (\S+)$", text, re.M)
     assert match is not None
     return float(match[1])
 
@@ -161,7 +161,8 @@ async def test_pullb_claims_plain_and_special_jobs_alike(
     assert (counts["waiting"], counts["active"]) == (0, 5)
     assert (await client.call("Metrics"))["metrics"]["totalPulled"] == 5
     text = (await client.call("Prometheus"))["data"]["metrics"]
-    assert prometheus_count(text, "trioq_push_to_start_seconds") == 5
+    assert prometheus_sample(text, "trioq_push_to_start_seconds") == 5
+    assert prometheus_sample(text, "trioq_push_to_start_seconds", "sum") == 5 * 0.25
     assert (await client.call("ACKB", ids=ids[:1], tokens=["stale"]))["ok"] is False
     await trio.sleep(0.5)  # the timeout job times out; the others hold their leases
     assert [await state_of(client, job_id) for job_id in ids] == [

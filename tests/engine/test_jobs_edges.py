@@ -224,3 +224,12 @@ async def test_a_processing_timeout_of_an_earlier_attempt_never_ends_a_later_one
     assert await state_of(client, job_id) == "active"
     await trio.sleep(0.3)  # past the second attempt's timeout
     assert await state_of(client, job_id) != "active"
+
+
+async def test_ack_of_an_unknown_job_is_refused_by_name(client: FrameClient) -> None:
+    for token in (None, "t"):
+        reply = await client.call("ACK", id="ghost", token=token)
+        assert without_req_id(reply) == {
+            "ok": False,
+            "error": "Job not found or not in processing state: ghost",
+        }

@@ -204,3 +204,29 @@ async def test_obliterate_does_not_answer_a_poll_its_timeout_answered_again(
     assert (await admin.call("Obliterate", queue="q"))["ok"] is True
     assert (await worker.receive_for("a"))["job"] is None
     assert await next_req_id(worker) == "ping"  # no second reply to "b"
+
+
+@pytest.mark.parametrize(
+    ("setup", "options"),
+    [
+        (("SetConcurrency", {"limit": 5}), {}),  # a limited queue: claimed one by one
+        (None, {"groupId": "g"}),  # a grouped job
+        (None, {"timeout": 60_000}),  # a job with a processing timeout
+    ],
+    ids=["limited-queue", "grouped", "processing-timeout"],
+)
+async def test_every_job_a_connection_pulled_returns_when_it_closes(
+    connect: Connect, setup: tuple[str, dict] | None, options: dict
+) -> None:
+    worker, producer = await connect(), await connect()
+    if setup is not None:
+        await producer.call(setup[0], queue="q", **setup[1])
+    ids = [await push(producer, **options) for _ in range(2)]
+    pulled = [(await worker.call("PULL", queue="q"))["job"]["id"] for _ in ids]
+    assert pulled == ids
+    other = await push(producer, "other")
+    await producer.call("PULL", queue="other")  # held by the connection that stays
+    await worker.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert [await state_of(producer, job_id) for job_id in ids] == ["waiting", "waiting"]
+    assert await state_of(producer, other) == "active"
