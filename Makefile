@@ -91,20 +91,28 @@ bench: $(BIN)/.installed-test postgres-binaries
 	$(BIN)/python -m benchmarks.memory --only waiting --jobs 1000000
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
 
-# Mutation testing (slow, not part of `make test`): mutmut mutates the modules in MUTATE (dotted
-# names; the config is [tool.mutmut] in pyproject.toml), runs the in-process tests against each
-# mutant and prints the score per module. Equivalent survivors are listed in
-# tests/mutation_equivalents.md. Results are cached in mutants/ (delete it for a fresh run);
-# mutmut's progress goes to mutants.log.
-MUTATE ?= store protocol broker.engine
+# Mutation testing (slow, not part of `make test`): mutmut mutates protocol/, store/ and
+# broker/engine/ (the config is [tool.mutmut] in pyproject.toml), runs the in-process tests against
+# each mutant and prints the score per module. Verdicts are kept between sessions in
+# tests/mutation_record.json (tests/support/mutation_record.py): a run seeds mutants/ from it, tests
+# only the mutants with no verdict (new or changed functions, survivors, the rest of an unfinished
+# run), saves what it found back, and prints the record's scores. Commit the record after a run.
+# MUTATE=store (dotted module names) re-tests those modules' mutants whatever the record says;
+# FRESH=yes starts from an empty mutants/ and ignores the record. Equivalent survivors are listed in
+# tests/mutation_equivalents.md. mutmut's progress goes to mutants.log.
+MUTATE ?=
+FRESH ?= no
 # One private PostgreSQL server for every mutant's test session (each would otherwise run initdb);
 # mutants run one at a time, since the tests stop and kill that server.
 MUTATION_PG ?= /tmp/trioq-mutation-pg
 mutation: $(BIN)/.installed-test
 	$(BIN)/pip install -q -e '.[mutation]'
+	$(if $(filter yes,$(FRESH)),rm -rf mutants,$(BIN)/python -m tests.support.mutation_record seed)
 	TRIOQ_TEST_POSTGRES_DIR=$(MUTATION_PG) $(BIN)/mutmut run --max-children 1 $(foreach m,$(MUTATE),"$(m).*") \
-		> mutants.log 2>&1 || ($(BIN)/python -m tests.support.postgres stop $(MUTATION_PG); tail -20 mutants.log; false)
+		> mutants.log 2>&1 || ($(BIN)/python -m tests.support.postgres stop $(MUTATION_PG); \
+		$(BIN)/python -m tests.support.mutation_record save; tail -20 mutants.log; false)
 	$(BIN)/python -m tests.support.postgres stop $(MUTATION_PG)
+	$(BIN)/python -m tests.support.mutation_record save
 	$(BIN)/python -m tests.support.mutation_score --files
 	$(BIN)/python -m tests.support.mutation_score
 

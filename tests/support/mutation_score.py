@@ -1,9 +1,11 @@
-"""Print the mutation score per module from a finished `mutmut run` (used by `make mutation`).
+"""Print the mutation score per module (used by `make mutation`).
 
-mutmut keeps one `mutants/<source path>.meta` JSON file per mutated source file, mapping each mutant
-to the exit code of its test run. A mutant counts as killed when a test failed, timed out, crashed
-or the type check caught it; it counts as equivalent when `tests/mutation_equivalents.md` names it
-(in backquotes) with a reason. The score is (killed + equivalent) / checked.
+mutmut keeps one `mutants/<source path>.meta` JSON file per mutated source file, mapping each
+mutant to the exit code of its test run; tests/support/mutation_record.py keeps those verdicts
+between sessions in tests/mutation_record.json, which is what is scored unless `--mutants` is
+given. A mutant counts as killed when a test failed, timed out, crashed or the type check caught
+it; it counts as equivalent when `tests/mutation_equivalents.md` names it (in backquotes) with a
+reason. The score is (killed + equivalent) / checked.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 MODULES = ("protocol", "store", "broker/engine")
@@ -29,24 +32,34 @@ def equivalent_mutants(path: Path = EQUIVALENTS_FILE) -> set[str]:
     return set(MUTANT_NAME.findall(path.read_text(encoding="utf-8")))
 
 
-def module_of(meta_path: Path, root: Path) -> str | None:
-    """Which of MODULES a `.meta` file belongs to, or None for files outside them."""
-    source = meta_path.relative_to(root).as_posix()
+def module_of(source: str) -> str | None:
+    """Which of MODULES a source file (`store/sqlite.py`) belongs to, or None for files outside
+    them."""
     return next((m for m in MODULES if source.startswith(m + "/")), None)
 
 
-def tally(root: Path, equivalents: set[str], by_file: bool = False) -> dict[str, Counter[str]]:
+def meta_results(root: Path) -> Iterator[tuple[str, dict[str, int | None]]]:
+    """Each source file's exit codes by mutant, from the `.meta` files of a run under `root`."""
+    for meta_path in sorted(root.rglob("*.py.meta")):
+        source = meta_path.relative_to(root).as_posix().removesuffix(".meta")
+        yield source, json.loads(meta_path.read_text(encoding="utf-8"))["exit_code_by_key"]
+
+
+def tally(
+    results: Iterable[tuple[str, dict[str, int | None]]],
+    equivalents: set[str],
+    by_file: bool = False,
+) -> dict[str, Counter[str]]:
     """Per module (or per source file, with `by_file`): how many mutants were killed,
     equivalent, survived, untested, not checked."""
     counts: dict[str, Counter[str]] = {} if by_file else {m: Counter() for m in MODULES}
-    for meta_path in sorted(root.rglob("*.py.meta")):
-        module = module_of(meta_path, root)
+    for source, exit_codes in results:
+        module = module_of(source)
         if module is None:
             continue
         if by_file:
-            module = meta_path.relative_to(root).as_posix().removesuffix(".meta")
+            module = source
             counts.setdefault(module, Counter())
-        exit_codes = json.loads(meta_path.read_text(encoding="utf-8"))["exit_code_by_key"]
         for name, code in exit_codes.items():
             counts[module][classify(name, code, equivalents)] += 1
     return counts
@@ -81,13 +94,21 @@ def report(counts: dict[str, Counter[str]]) -> list[str]:
 
 
 def main() -> None:
-    """Print the per-module scores of the mutmut results under ./mutants (`--files`: one line
-    per source file)."""
-    root = Path("mutants")
-    if not root.is_dir():
-        sys.exit("no mutants/ directory: run `make mutation` first")
-    by_file = "--files" in sys.argv[1:]
-    print("\n".join(report(tally(root, equivalent_mutants(), by_file))))
+    """Print the per-module scores of tests/mutation_record.json (`--mutants`: of the run under
+    ./mutants alone; `--files`: one line per source file)."""
+    from tests.support.mutation_record import RECORD_FILE, recorded_results
+
+    args = sys.argv[1:]
+    if "--mutants" in args:
+        root = Path("mutants")
+        if not root.is_dir():
+            sys.exit("no mutants/ directory: run `make mutation` first")
+        results: Iterable[tuple[str, dict[str, int | None]]] = meta_results(root)
+    else:
+        if not RECORD_FILE.exists():
+            sys.exit(f"no {RECORD_FILE}: run `make mutation` first")
+        results = recorded_results()
+    print("\n".join(report(tally(results, equivalent_mutants(), "--files" in args))))
 
 
 if __name__ == "__main__":
