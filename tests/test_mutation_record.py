@@ -92,3 +92,14 @@ def test_the_score_counts_the_recorded_verdicts(tmp_path: Path, record: Path) ->
     counts = tally(recorded_results(record), {f"{PREFIX}commit__mutmut_3"})
     assert dict(counts["store"]) == {"killed": 1, "survived": 1, "equivalent": 1,
                                      "not checked": 1}
+
+
+def test_pending_lists_what_a_run_would_test(tmp_path: Path, record: Path) -> None:
+    run = tmp_path / "run"
+    write_meta(run, {"commit": "aa", "load": "bb"},
+               {"commit__mutmut_1": 1, "commit__mutmut_2": 0, "commit__mutmut_3": 0,
+                "commit__mutmut_4": None, "load__mutmut_1": None})
+    save([run], record)
+
+    assert mutation_record.pending("store.sqlite.commit*", record) == [
+        PREFIX + "commit__mutmut_2", PREFIX + "commit__mutmut_4"]

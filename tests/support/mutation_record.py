@@ -12,6 +12,7 @@ so the verdicts are kept here instead:
 - `save [DIR ...]` merges the `.meta` files under each DIR (default `mutants`) into the record: a
   function's verdicts are replaced when its hash changed, and a function no longer in its file is
   dropped.
+- `pending GLOB` lists the mutants matching GLOB that a run would test.
 
 A recorded verdict stands only while its function's text is unchanged; mutmut itself compares the
 hashes. `make mutation FRESH=yes` ignores the record and tests every mutant again.
@@ -19,6 +20,7 @@ hashes. `make mutation FRESH=yes` ignores the record and tests every mutant agai
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import sys
@@ -160,16 +162,32 @@ def seed(root: Path, path: Path = RECORD_FILE) -> int:
     return written
 
 
+def pending(pattern: str, path: Path = RECORD_FILE) -> list[str]:
+    """The recorded mutants matching the glob `pattern` that a run would test: those with no
+    verdict, and survivors not listed as equivalent. Two runs in two worktrees given disjoint
+    halves of this list (`mutmut run NAME ...`) share the work out over two cores."""
+    equivalents = equivalent_mutants()
+    return [
+        name
+        for _, verdicts in recorded_results(path)
+        for name, code in verdicts.items()
+        if fnmatch.fnmatchcase(name, pattern)
+        and (code is None or (code == SURVIVED and name not in equivalents))
+    ]
+
+
 def main() -> None:
-    """`seed` or `save [DIR ...]` (see the module's docstring)."""
+    """`seed`, `save [DIR ...]` or `pending PATTERN` (see the module's docstring)."""
     command, *args = sys.argv[1:] or ["help"]
-    if command == "seed":
+    if command == "pending" and len(args) == 1:
+        print("\n".join(pending(args[0])))
+    elif command == "seed":
         print(f"mutation record: {seed(Path('mutants'))} files seeded from {RECORD_FILE}")
     elif command == "save":
         roots = [Path(arg) for arg in args] or [Path("mutants")]
         print(f"mutation record: {save(roots)} files updated in {RECORD_FILE}")
     else:
-        sys.exit("usage: python -m tests.support.mutation_record seed | save [DIR ...]")
+        sys.exit("usage: python -m tests.support.mutation_record seed | save [DIR ...] | pending GLOB")
 
 
 if __name__ == "__main__":
