@@ -187,7 +187,8 @@ def main() -> None:
         roots = [Path(arg) for arg in args] or [Path("mutants")]
         print(f"mutation record: {save(roots)} files updated in {RECORD_FILE}")
     else:
-        sys.exit("usage: python -m tests.support.mutation_record seed | save [DIR ...] | pending GLOB")
+        usage = "seed | save [DIR ...] | pending GLOB"
+        sys.exit(f"usage: python -m tests.support.mutation_record {usage}")
 
 
 if __name__ == "__main__":
