@@ -152,6 +152,16 @@ async def test_stats_and_metrics(client: FrameClient) -> None:
     assert (await client.call("StorageStatus"))["data"]["diskFull"] is False
 
 
+async def test_every_pull_from_a_limited_queue_counts_in_the_metrics(client: FrameClient) -> None:
+    # A queue with a concurrency limit hands out its jobs one at a time (EngineState.claim).
+    await client.call("SetConcurrency", queue="q", limit=5)
+    for _ in range(3):
+        await push(client)
+    for _ in range(3):
+        assert (await client.call("PULL", queue="q"))["job"] is not None
+    assert (await client.call("Metrics"))["metrics"]["totalPulled"] == 3
+
+
 async def test_queue_settings_survive_a_restart(store_factory: StoreFactory) -> None:
     broker = Broker(store_factory)
     async with broker.running() as connect:
