@@ -219,3 +219,14 @@ async def test_group_settings_survive_a_restart(store_factory: StoreFactory) -> 
         client = await connect()
         assert (await client.call("GetGroupConcurrency", **Q))["data"] == {"concurrency": 2}
         assert (await client.call("IsGroupPaused", **Q))["data"] == {"paused": True}
+
+
+async def test_a_grouped_job_that_fails_frees_one_slot_and_the_limit_still_holds(
+    client: FrameClient,
+) -> None:
+    grouped = [await push(client, groupId="g", maxAttempts=1) for _ in range(3)]
+    await client.call("SetGroupConcurrency", **Q, concurrency=1)
+    assert await pulled_ids(client) == grouped[:1]
+    assert (await client.call("FAIL", id=grouped[0], error="boom"))["ok"] is True
+    assert (await client.call("GetGroupActiveCount", **Q))["data"]["count"] == 0
+    assert await pulled_ids(client) == grouped[1:2]  # one at a time, as before the failure

@@ -18,7 +18,7 @@ from broker.clock import Clock
 from broker.config import Config
 from broker.engine import actor as actor_module
 from broker.engine import state as state_module
-from broker.engine.housekeeping import PURGE, Graveyard, Purge, worth_compacting
+from broker.engine.housekeeping import DROP_SLICE, PURGE, Graveyard, Purge, worth_compacting
 from broker.engine.model import Job
 from broker.engine.records import job_to_row
 from store import JobRow, MemoryStore, Record, StoreError, open_sqlite
@@ -79,6 +79,14 @@ async def test_removed_jobs_release_their_memory(
 async def test_the_very_first_job_drained_is_let_go_of(app: App, client: FrameClient) -> None:
     refs = job_refs(app, [await push(client)])  # the broker's first ready entry (number 0)
     assert (await client.call("Drain", queue="q"))["count"] == 1
+    await trio.testing.wait_all_tasks_blocked()
+    assert alive(refs) == 0
+
+
+async def test_the_very_first_job_cancelled_is_let_go_of(app: App, client: FrameClient) -> None:
+    job_id = await push(client)  # the broker's first ready entry (number 0)
+    refs = job_refs(app, [job_id])
+    assert (await client.call("Cancel", id=job_id))["ok"] is True
     await trio.testing.wait_all_tasks_blocked()
     assert alive(refs) == 0
 
@@ -521,3 +529,15 @@ def test_a_structure_is_compacted_when_over_half_stale_and_many_or_all() -> None
     assert not worth_compacting(1100, 3000)  # many, but not over half
     assert not worth_compacting(1024, 2000)  # over half, but not many
     assert worth_compacting(5, 5)  # few, but all of it
+
+
+async def test_a_graveyard_larger_than_a_slice_is_emptied_without_more_requests(
+    app: App, client: FrameClient
+) -> None:
+    # Nothing else is left to tidy: the graveyard alone keeps the actor running passes.
+    assert app.actor is not None
+    state = app.actor.engine.state
+    state.graveyard.bury([object() for _ in range(3 * DROP_SLICE + 1)])
+    await push(client)  # one pass: one slice let go of, the rest by passes of its own
+    await trio.testing.wait_all_tasks_blocked()
+    assert (state.graveyard.lots, state.untidy, state.purges) == ([], set(), [])

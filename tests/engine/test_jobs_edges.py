@@ -233,3 +233,16 @@ async def test_ack_of_an_unknown_job_is_refused_by_name(client: FrameClient) -> 
             "ok": False,
             "error": "Job not found or not in processing state: ghost",
         }
+
+
+async def test_a_reused_custom_id_is_a_dependency_only_if_its_latest_job_completed(
+    client: FrameClient,
+) -> None:
+    # The first "x" completes and is forgotten; the second, pushed under the same id, fails
+    # and is forgotten too: "x" no longer counts as a completed dependency.
+    await push(client, jobId="x", removeOnComplete=True)
+    await client.call("ACK", id=(await client.call("PULL", queue="q"))["job"]["id"])
+    await push(client, jobId="x", removeOnFail=True, maxAttempts=1)
+    await client.call("FAIL", id=(await client.call("PULL", queue="q"))["job"]["id"])
+    reply = await client.call("PUSH", queue="q", data={}, dependsOn=["x"])
+    assert (reply["ok"], reply["error"]) == (False, "Dependency job not found: x")
