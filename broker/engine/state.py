@@ -313,9 +313,7 @@ class EngineState:
             self.events.append(("pushed", job, {}))
         if opts.depends_on:
             self._wait_for_dependencies(job, now)
-        else:
-            if job.pending_deps:  # written only to change it: a write gives the job a __dict__
-                job.pending_deps = 0
+        else:  # a new Job starts with no pending dependencies (every caller builds one)
             self.schedule(job, now)
 
     # -- restart -------------------------------------------------------------------------------
