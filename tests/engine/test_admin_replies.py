@@ -8,6 +8,7 @@ import os
 import pytest
 import trio
 
+from broker.engine import admin
 from broker.engine.admin import rss_mib
 from broker.engine.core import Engine
 from broker.engine.telemetry import MAX_DATA_POINTS
@@ -80,6 +81,18 @@ def test_rss_mib_is_this_process_resident_memory() -> None:
 def test_rss_mib_is_zero_without_proc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "getpid", lambda: 2**31 - 1)  # no such process under /proc
     assert rss_mib() == 0.0
+
+
+def test_rss_mib_is_given_to_one_decimal(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    page = os.sysconf("SC_PAGE_SIZE")
+    pages = 3 * 2**20 // page + 13  # just over 3 MiB: 3.05 with 4 KiB pages
+    exact = pages * page / 2**20
+    assert round(exact, 1) != round(exact, 2)  # the sizes this test needs to tell apart
+    statm = tmp_path / "statm"
+    statm.write_text(f"9999 {pages} 0 0 0 0 0\n")
+    real_open = open
+    monkeypatch.setattr(admin, "open", lambda _, *a, **k: real_open(statm, *a, **k), raising=False)
+    assert rss_mib() == round(exact, 1)
 
 
 async def test_stats_of_a_broker_without_queues_are_zero(client: FrameClient) -> None:

@@ -115,6 +115,19 @@ async def test_ttl_does_not_cut_an_active_job_short(client: FrameClient, autojum
     assert await state_of(client, job_id) == "failed"
 
 
+async def test_a_retry_due_at_or_past_the_ttl_fails_the_job_as_expired(
+    client: FrameClient, autojump_clock
+) -> None:
+    # Failed at exactly its ttl, the job may not come back: it is failed as expired, not
+    # with the worker's error.
+    job_id = await push(client, ttl=1000, maxAttempts=3)
+    await client.call("PULL", queue="q")
+    await trio.sleep(1)
+    await client.call("FAIL", id=job_id, error="boom")
+    job = await get_job(client, job_id)
+    assert (job["state"], job["failedReason"]) == ("failed", "Job expired (ttl)")
+
+
 async def test_stall_timeout_requeues_then_fails(client: FrameClient, autojump_clock) -> None:
     job_id = await push(client, stallTimeout=1000, maxAttempts=10)
     for stall in (1, 2):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from broker.app import App
@@ -105,3 +106,11 @@ async def test_an_event_carries_the_time_it_happened(client: FrameClient, app: A
     message = subscription.receive.receive_nowait()
     assert (message["event"], message["data"]["queue"]) == ("job:pushed", "q")
     assert before - 1 <= message["ts"] <= after + 1  # Ping shows whole milliseconds
+
+
+async def test_a_delayed_job_event_says_how_long_it_waits(client: FrameClient, app: App) -> None:
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["job:delayed"])
+    job_id = await push(client, delay=60_000)
+    data = subscription.receive.receive_nowait()["data"]
+    assert data == {"queue": "q", "jobId": job_id, "delay": pytest.approx(60_000, abs=0.01)}
