@@ -15,7 +15,8 @@ so the verdicts are kept here instead:
 - `pending GLOB` lists the mutants matching GLOB that a run would test.
 
 A recorded verdict stands only while its function's text is unchanged; mutmut itself compares the
-hashes. `make mutation FRESH=yes` ignores the record and tests every mutant again.
+hashes. A kill is not re-checked when tests change, so after deleting or weakening a test run
+`make mutation FRESH=yes`, which tests every mutant again (the record then takes its verdicts).
 """
 
 from __future__ import annotations
