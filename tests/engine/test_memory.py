@@ -154,3 +154,25 @@ def test_rare_fields_given_at_their_default_take_no_room_in_the_job() -> None:
 def test_a_job_shows_its_id_queue_name_and_state_and_not_its_data() -> None:
     job = model.Job("b", "q", "n", b"\x01", EPOCH_MS, EPOCH_MS)
     assert repr(job) == "Job(id='b', queue='q', name='n', state='waiting')"
+
+
+def test_jobs_that_start_their_timelines_alike_share_the_first_entry() -> None:
+    # A timeline entry is three values; jobs pushed in the same millisecond into the same
+    # state hold one tuple between them, and a job pushed later or elsewhere gets its own.
+    engine, sink = Engine(), Sink()
+
+    def push_at(now: float, **fields: object) -> str:
+        before = set(engine.state.jobs)
+        message = {"cmd": "PUSH", "queue": "q", "data": 1, **fields}
+        engine.tick(now)  # a pass starts with a tick, which sets the engine's time
+        engine.execute(sink, decode_command(msgspec.msgpack.encode(message)), now)
+        [job_id] = set(engine.state.jobs) - before
+        return job_id
+
+    first, second = push_at(EPOCH_MS), push_at(EPOCH_MS)
+    later, delayed = push_at(EPOCH_MS + 1), push_at(EPOCH_MS + 1, delay=1000)
+    jobs = engine.state.jobs
+    assert jobs[first].timeline is jobs[second].timeline
+    assert jobs[later].timeline == ("waiting", EPOCH_MS + 1, None)
+    assert jobs[later].timeline is not jobs[first].timeline
+    assert jobs[delayed].timeline == ("delayed", EPOCH_MS + 1, None)

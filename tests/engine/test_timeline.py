@@ -77,3 +77,15 @@ async def test_a_restart_adds_only_what_happened_while_the_broker_was_down(
         assert steps(await timeline(client, later)) == [
             ("delayed", 0, None), ("waiting", 60_000, None),
         ]  # fmt: skip
+
+
+async def test_a_failure_at_the_cap_still_shows_its_error(client: FrameClient) -> None:
+    job_id = await push(client, maxAttempts=1)
+    for _ in range(12):  # the timeline reaches its cap of twenty entries
+        await client.call("PULL", queue="q")
+        await client.call("MoveToWait", id=job_id)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="boom")
+    entries = await timeline(client, job_id)
+    assert len(entries) == 20
+    assert (entries[-1]["state"], entries[-1]["error"]) == ("failed", "boom")
