@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from tests.conftest import real_time_limit_s
 from tests.support import mutation_record
 from tests.support.mutation_record import recorded_results, save, seed
 from tests.support.mutation_score import tally
@@ -103,3 +105,22 @@ def test_pending_lists_what_a_run_would_test(tmp_path: Path, record: Path) -> No
 
     assert mutation_record.pending("store.sqlite.commit*", record) == [
         PREFIX + "commit__mutmut_2", PREFIX + "commit__mutmut_4"]
+
+
+@pytest.mark.parametrize(
+    ("mutant", "nodeid", "limit"),
+    [
+        ("broker.engine.pulls.x_answer__mutmut_5", "tests/engine/test_x.py::t", 30.0),
+        ("broker.engine.pulls.x_answer__mutmut_5", "tests/model/test_engine_model.py::t", 60.0),
+        ("", "tests/engine/test_x.py::t", 60.0),  # mutmut's clean run
+        (None, "tests/engine/test_x.py::t", 60.0),  # make test
+    ],
+)
+def test_a_mutant_that_hangs_a_test_is_killed_in_half_the_time(
+    monkeypatch: pytest.MonkeyPatch, mutant: str | None, nodeid: str, limit: float
+) -> None:
+    if mutant is None:
+        monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
+    else:
+        monkeypatch.setenv("MUTANT_UNDER_TEST", mutant)
+    assert real_time_limit_s(SimpleNamespace(nodeid=nodeid)) == limit  # type: ignore[arg-type]
