@@ -176,3 +176,11 @@ def test_jobs_that_start_their_timelines_alike_share_the_first_entry() -> None:
     assert jobs[later].timeline == ("waiting", EPOCH_MS + 1, None)
     assert jobs[later].timeline is not jobs[first].timeline
     assert jobs[delayed].timeline == ("delayed", EPOCH_MS + 1, None)
+
+
+def test_no_events_are_collected_before_anyone_listens() -> None:
+    # An engine starts with nobody subscribed: a pass's events would only pile up.
+    engine, sink = Engine(), Sink()
+    push = {"cmd": "PUSH", "queue": "q", "data": 1}
+    engine.execute(sink, decode_command(msgspec.msgpack.encode(push)), EPOCH_MS)
+    assert engine.state.events == []
