@@ -128,6 +128,17 @@ async def test_a_retry_due_at_or_past_the_ttl_fails_the_job_as_expired(
     assert (job["state"], job["failedReason"]) == ("failed", "Job expired (ttl)")
 
 
+async def test_an_old_lease_running_out_leaves_a_later_unleased_run_alone(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, maxAttempts=3, backoff=0)
+    _, token = await lease(client, ttl=1000)
+    assert (await client.call("FAIL", id=job_id, token=token))["ok"] is True  # ready again
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id  # no lease this time
+    await trio.sleep(2)  # past the first lease's expiry
+    assert await state_of(client, job_id) == "active"
+
+
 async def test_stall_timeout_requeues_then_fails(client: FrameClient, autojump_clock) -> None:
     job_id = await push(client, stallTimeout=1000, maxAttempts=10)
     for stall in (1, 2):

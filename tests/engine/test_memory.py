@@ -184,3 +184,11 @@ def test_no_events_are_collected_before_anyone_listens() -> None:
     push = {"cmd": "PUSH", "queue": "q", "data": 1}
     engine.execute(sink, decode_command(msgspec.msgpack.encode(push)), EPOCH_MS)
     assert engine.state.events == []
+
+
+def test_a_name_decoded_again_is_the_first_copy() -> None:
+    first = "".join(["a-name-only-this-test-uses-", "1"])  # built: not an interned constant
+    again = "".join(["a-name-only-this-test-uses-", "1"])
+    assert first is not again
+    assert model.shared(first) is first
+    assert model.shared(again) is first

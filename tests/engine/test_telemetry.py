@@ -3,6 +3,8 @@ time falls in, including on the very edges of a minute."""
 
 from __future__ import annotations
 
+import math
+
 from broker.engine.telemetry import MINUTE_MS, MinuteCounts
 
 
@@ -37,3 +39,16 @@ def test_a_batch_of_finishes_counts_each_one() -> None:
         "data": [4, 5],
         "count": 2,
     }
+
+
+def test_a_second_finish_in_the_same_minute_is_the_meta() -> None:
+    counts = MinuteCounts()
+    counts.record(5.0)
+    counts.record(7.0)  # the minute of the last finish: its fast path
+    assert counts.view(0, -1)["meta"] == {"count": 2, "prevTS": 7.0, "prevCount": 2}
+
+
+def test_a_finish_in_the_last_fraction_of_a_minute_counts_in_that_minute() -> None:
+    minute = 30_000_000 * MINUTE_MS  # an epoch time in ms, on a minute
+    just_before = math.nextafter(minute, 0)  # the float just below it
+    assert counted(just_before, minute) == [1, 1]
