@@ -94,9 +94,10 @@ bench: $(BIN)/.installed-test postgres-binaries
 # Mutation testing (slow, not part of `make test`): mutmut mutates protocol/, store/ and
 # broker/engine/ (the config is [tool.mutmut] in pyproject.toml), runs the in-process tests against
 # each mutant and prints the score per module. Verdicts are kept between sessions in
-# tests/mutation_record.json (tests/support/mutation_record.py): a run seeds mutants/ from it, tests
-# only the mutants with no verdict (new or changed functions, survivors, the rest of an unfinished
-# run), saves what it found back, and prints the record's scores. Commit the record after a run.
+# tests/mutation_record.json (tests/support/mutation_record.py): a run saves what an earlier
+# mutants/ holds, seeds a new mutants/ from the record, tests only the mutants whose verdict does
+# not stand (new or changed functions, survivors, the rest of an unfinished run), saves what it
+# found back, and prints the record's scores. Commit the record after a run.
 # MUTATE=store (dotted module names) re-tests those modules' mutants whatever the record says;
 # FRESH=yes starts from an empty mutants/ and ignores the record. Equivalent survivors are listed in
 # tests/mutation_equivalents.md. mutmut's progress goes to mutants.log.
@@ -107,7 +108,8 @@ FRESH ?= no
 MUTATION_PG ?= /tmp/trioq-mutation-pg
 mutation: $(BIN)/.installed-test
 	$(BIN)/pip install -q -e '.[mutation]'
-	$(if $(filter yes,$(FRESH)),rm -rf mutants,$(BIN)/python -m tests.support.mutation_record seed)
+	if [ -d mutants ]; then $(BIN)/python -m tests.support.mutation_record save && rm -rf mutants; fi
+	$(if $(filter yes,$(FRESH)),,$(BIN)/python -m tests.support.mutation_record seed)
 	TRIOQ_TEST_POSTGRES_DIR=$(MUTATION_PG) $(BIN)/mutmut run --max-children 1 $(foreach m,$(MUTATE),"$(m).*") \
 		> mutants.log 2>&1 || ($(BIN)/python -m tests.support.postgres stop $(MUTATION_PG); \
 		$(BIN)/python -m tests.support.mutation_record save; tail -20 mutants.log; false)

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import real_time_limit_s
 from tests.support import mutation_record
-from tests.support.mutation_record import recorded_results, save, seed
+from tests.support.mutation_record import recorded_results, seed
 from tests.support.mutation_score import tally
 
 SOURCE = "store/sqlite.py"
@@ -39,11 +39,19 @@ def read_codes(root: Path) -> dict[str, int | None]:
 
 @pytest.fixture
 def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A record file of its own, and no equivalents listed but `commit__mutmut_3`."""
+    """A record file of its own, a tree holding SOURCE, and no equivalents listed but
+    `commit__mutmut_3`."""
     monkeypatch.setattr(
         mutation_record, "equivalent_mutants", lambda: {f"{PREFIX}commit__mutmut_3"}
     )
+    (tmp_path / "tree" / SOURCE).parent.mkdir(parents=True)
+    (tmp_path / "tree" / SOURCE).write_text("")
     return tmp_path / "record.json"
+
+
+def save(roots: list[Path], record: Path) -> int:
+    """Save into `record` against the fixture's tree."""
+    return mutation_record.save(roots, record, tree=record.parent / "tree")
 
 
 def test_a_new_run_gets_every_verdict_back_but_the_unlisted_survivors(
@@ -51,13 +59,14 @@ def test_a_new_run_gets_every_verdict_back_but_the_unlisted_survivors(
 ) -> None:
     first = tmp_path / "first"
     codes = {"commit__mutmut_1": 1, "commit__mutmut_2": 0, "commit__mutmut_3": 0,
-             "commit__mutmut_4": None, "load__mutmut_1": -24}
+             "commit__mutmut_4": None, "commit__mutmut_5": 33, "load__mutmut_1": -24}
     write_meta(first, {"commit": "aa", "load": "bb"}, codes)
     save([first], record)
 
     second = tmp_path / "second"
     assert seed(second, record) == 1
-    # the survivor _2 is tried again; the listed one (_3) and the kills stand; _4 was never run
+    # the survivor _2 and _5 ("no tests") are tried again; the listed one (_3) and the kills
+    # stand; _4 was never run
     assert read_codes(second) == {"commit__mutmut_1": 1, "commit__mutmut_3": 0,
                                   "load__mutmut_1": -24}
 
@@ -124,3 +133,34 @@ def test_a_mutant_that_hangs_a_test_is_killed_in_half_the_time(
     else:
         monkeypatch.setenv("MUTANT_UNDER_TEST", mutant)
     assert real_time_limit_s(SimpleNamespace(nodeid=nodeid)) == limit  # type: ignore[arg-type]
+
+
+def test_a_source_file_gone_from_the_tree_leaves_the_record(
+    tmp_path: Path, record: Path
+) -> None:
+    run = tmp_path / "run"
+    write_meta(run, {"commit": "aa"}, {"commit__mutmut_1": 1})
+    save([run], record)
+    (record.parent / "tree" / SOURCE).unlink()
+    save([], record)
+    assert list(recorded_results(record)) == []
+
+
+def test_seeding_needs_a_new_mutants_directory(tmp_path: Path, record: Path) -> None:
+    run = tmp_path / "run"
+    write_meta(run, {"commit": "aa"}, {"commit__mutmut_1": 1})
+    save([run], record)
+    with pytest.raises(SystemExit, match="exists"):
+        seed(run, record)  # its mutated files would be reused as they are
+
+
+def test_a_record_from_another_mutmut_seeds_nothing(
+    tmp_path: Path, record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    write_meta(run, {"commit": "aa"}, {"commit__mutmut_1": 1})
+    monkeypatch.setattr(mutation_record, "mutmut_version", lambda: "3.8.1")
+    save([run], record)
+    monkeypatch.setattr(mutation_record, "mutmut_version", lambda: "4.0.0")
+    assert seed(tmp_path / "fresh", record) == 0
+    assert not (tmp_path / "fresh").exists()

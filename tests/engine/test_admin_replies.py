@@ -85,7 +85,7 @@ def test_rss_mib_is_zero_without_proc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_rss_mib_is_given_to_one_decimal(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     page = os.sysconf("SC_PAGE_SIZE")
-    pages = 3 * 2**20 // page + 13  # just over 3 MiB: 3.05 with 4 KiB pages
+    pages = round(3.05 * 2**20 / page)  # near 3.05 MiB (3.051 with 4 KiB pages, 3.047 16 KiB)
     exact = pages * page / 2**20
     assert round(exact, 1) != round(exact, 2)  # the sizes this test needs to tell apart
     statm = tmp_path / "statm"

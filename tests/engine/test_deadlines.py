@@ -139,6 +139,17 @@ async def test_an_old_lease_running_out_leaves_a_later_unleased_run_alone(
     assert await state_of(client, job_id) == "active"
 
 
+async def test_a_job_completed_before_its_stall_check_stays_completed(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, stallTimeout=1000, maxAttempts=3)
+    await client.call("PULL", queue="q")
+    assert (await client.call("ACK", id=job_id))["ok"] is True
+    await trio.sleep(3)  # its stall checks come due
+    job = await get_job(client, job_id)
+    assert (job["state"], job["stallCount"]) == ("completed", 0)
+
+
 async def test_stall_timeout_requeues_then_fails(client: FrameClient, autojump_clock) -> None:
     job_id = await push(client, stallTimeout=1000, maxAttempts=10)
     for stall in (1, 2):

@@ -541,3 +541,27 @@ async def test_a_graveyard_larger_than_a_slice_is_emptied_without_more_requests(
     await push(client)  # one pass: one slice let go of, the rest by passes of its own
     await trio.testing.wait_all_tasks_blocked()
     assert (state.graveyard.lots, state.untidy, state.purges) == ([], set(), [])
+
+
+async def test_one_of_two_jobs_cancelled_leaves_the_heap_as_it_is(
+    app: App, client: FrameClient
+) -> None:
+    # Compacting is paid for by the removals before it: a heap is rebuilt only once over
+    # half of it is stale, not at half.
+    cancelled = await push(client)
+    await push(client)
+    assert (await client.call("Cancel", id=cancelled))["ok"] is True
+    await trio.testing.wait_all_tasks_blocked()
+    assert app.actor is not None
+    queue = app.actor.engine.state.queues["q"]
+    assert (queue.stale, queue.entries()) == (1, 2)
+
+
+def test_an_engine_state_keeps_as_many_finished_jobs_as_the_broker_does_by_default() -> None:
+    state, config = state_module.EngineState(), Config()
+    assert (state.completed.limit, state.failed.limit) == (
+        config.keep_completed, config.keep_failed,
+    )  # fmt: skip
+    assert (state.completed.max_age_ms, state.failed.max_age_ms) == (
+        config.keep_completed_s * 1000, config.keep_failed_s * 1000,
+    )  # fmt: skip

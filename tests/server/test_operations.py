@@ -87,6 +87,23 @@ async def test_ready_turns_503_at_shutdown_and_in_flight_replies_get_the_grace_w
                 await stuck.receive()
 
 
+async def test_a_parked_long_poll_is_answered_with_no_job_at_shutdown(autojump_clock) -> None:
+    with trio.fail_after(GRACE_S * 10):
+        async with trio.open_nursery() as nursery:
+            app = await start_app(nursery, Config(port=0, http_port=0, shutdown_grace_s=GRACE_S))
+            assert app.tcp is not None
+            client_end, server_end = trio.testing.memory_stream_pair()
+            app.tcp.adopt(server_end)
+            client = FrameClient(client_end)
+            await client.send({"cmd": "PULL", "queue": "q", "timeout": 60_000, "reqId": "p"})
+            await trio.testing.wait_all_tasks_blocked()  # parked
+            started = trio.current_time()
+            app.shutdown()
+            reply = await client.receive()
+            assert (reply["reqId"], reply["ok"], reply["job"]) == ("p", True, None)
+            assert trio.current_time() - started < 1  # answered by the shutdown, not its timeout
+
+
 async def test_rest_fail_retries_then_fails_for_good(
     app: App, nursery: trio.Nursery, autojump_clock
 ) -> None:

@@ -7,32 +7,55 @@ kept (it is a mutated copy of the tree), and a run over every module takes longe
 so the verdicts are kept here instead:
 
 - `seed` writes a `.meta` file for every recorded source file into a new `mutants/`, before
-  `mutmut run`. It leaves out survivors not listed in tests/mutation_equivalents.md, so each run
-  tries them again against the current tests (a new test may kill them).
+  `mutmut run`. Only kills and survivors listed in tests/mutation_equivalents.md are written, so
+  each run tries the other survivors (and "no tests" verdicts) again against the current tests.
 - `save [DIR ...]` merges the `.meta` files under each DIR (default `mutants`) into the record: a
-  function's verdicts are replaced when its hash changed, and a function no longer in its file is
-  dropped.
+  function's verdicts are replaced when its hash changed, a function no longer in its file is
+  dropped, and so is a source file no longer in the tree.
 - `pending GLOB` lists the mutants matching GLOB that a run would test.
 
-A recorded verdict stands only while its function's text is unchanged; mutmut itself compares the
-hashes. A kill is not re-checked when tests change, so after deleting or weakening a test run
-`make mutation FRESH=yes`, which tests every mutant again (the record then takes its verdicts).
+A recorded verdict stands only while its function's text is unchanged (mutmut itself compares the
+hashes) and only for the mutmut version that made it (the record names it). A kill is not
+re-checked when tests change, so after deleting or weakening a test run `make mutation
+FRESH=yes`, which tests every mutant again (the record then takes its verdicts).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import importlib.metadata
 import json
 import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.mutation_score import equivalent_mutants
+from tests.support.mutation_score import KILLED_CODES, equivalent_mutants
 
 RECORD_FILE = Path("tests/mutation_record.json")
 MUTANT_KEY = re.compile(r"^(?P<function>.+)__mutmut_(?P<number>\d+)$")
 SURVIVED = 0
+
+
+def mutmut_version() -> str | None:
+    """The installed mutmut's version (mutant numbers are only comparable within one)."""
+    try:
+        return importlib.metadata.version("mutmut")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def recorded_version(path: Path = RECORD_FILE) -> str | None:
+    """The mutmut version the record's verdicts came from."""
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("mutmut")
+
+
+def stands(key: str, code: int | None, equivalents: set[str]) -> bool:
+    """Whether a recorded verdict is kept for the next run: a kill, or a survivor listed as
+    equivalent. Anything else (a survivor, "no tests", an interrupted run) is tried again."""
+    return code in KILLED_CODES or (code == SURVIVED and key in equivalents)
 
 Verdicts = list[int | None]
 """A function's verdicts by mutant number (index 0 is `__mutmut_1`); None: not tested yet."""
@@ -70,7 +93,7 @@ def recorded_results(path: Path = RECORD_FILE) -> Iterator[tuple[str, dict[str, 
 
 def write_record(record: dict[str, FileRecord], path: Path = RECORD_FILE) -> None:
     """Write the record sorted, one function a line, so a diff shows what a run changed."""
-    lines = ["{", '"files": {']
+    lines = ["{", f'"mutmut": {json.dumps(mutmut_version())},', '"files": {']
     for file_index, source in enumerate(sorted(record)):
         functions = record[source]
         lines.append(f"{json.dumps(source)}: {{")
@@ -118,8 +141,9 @@ def _first_known(new: Verdicts, old: Verdicts, index: int) -> int | None:
     return value
 
 
-def save(roots: list[Path], path: Path = RECORD_FILE) -> int:
-    """Merge every `.meta` file under `roots` into the record; returns how many files changed."""
+def save(roots: list[Path], path: Path = RECORD_FILE, tree: Path = Path(".")) -> int:
+    """Merge every `.meta` file under `roots` into the record, and drop the source files no
+    longer in `tree`; returns how many files changed."""
     record = load_record(path)
     changed = 0
     for root in roots:
@@ -130,25 +154,32 @@ def save(roots: list[Path], path: Path = RECORD_FILE) -> int:
             if merged != record.get(source):
                 record[source] = merged
                 changed += 1
+    for source in [s for s in record if not (tree / s).exists()]:
+        del record[source]
+        changed += 1
     write_record(record, path)
     return changed
 
 
 def seed(root: Path, path: Path = RECORD_FILE) -> int:
-    """Write the recorded verdicts as mutmut's `.meta` files under `root` (files already there
-    are left alone); returns how many were written."""
+    """Write the verdicts that stand as mutmut's `.meta` files under `root`, a `mutants/`
+    that must not exist yet (mutmut reuses an existing one's mutants as they are); returns how
+    many were written. A record from another mutmut version seeds nothing."""
+    if root.exists():
+        raise SystemExit(f"{root}/ exists: save its verdicts and delete it before seeding")
+    if recorded_version(path) != mutmut_version():
+        print(f"mutation record: from mutmut {recorded_version(path)}, not "
+              f"{mutmut_version()}: every mutant is tested again")
+        return 0
     equivalents = equivalent_mutants()
     written = 0
     for source, functions in load_record(path).items():
-        meta_path = root / (source + ".meta")
-        if meta_path.exists():
-            continue
         prefix = module_prefix(source)
         exit_codes = {}
         for name, (_, verdicts) in functions.items():
             for number, code in enumerate(verdicts, start=1):
                 key = f"{prefix}{name}__mutmut_{number}"
-                if code is not None and (code != SURVIVED or key in equivalents):
+                if stands(key, code, equivalents):
                     exit_codes[key] = code
         meta = {
             "exit_code_by_key": exit_codes,
@@ -157,6 +188,7 @@ def seed(root: Path, path: Path = RECORD_FILE) -> int:
             "durations_by_key": {},
             "estimated_durations_by_key": {},
         }
+        meta_path = root / (source + ".meta")
         meta_path.parent.mkdir(parents=True, exist_ok=True)
         meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
         written += 1
@@ -164,16 +196,15 @@ def seed(root: Path, path: Path = RECORD_FILE) -> int:
 
 
 def pending(pattern: str, path: Path = RECORD_FILE) -> list[str]:
-    """The recorded mutants matching the glob `pattern` that a run would test: those with no
-    verdict, and survivors not listed as equivalent. Two runs in two worktrees given disjoint
+    """The recorded mutants matching the glob `pattern` that a run would test: those whose
+    verdict does not stand (`stands`). Two runs in two worktrees given disjoint
     halves of this list (`mutmut run NAME ...`) share the work out over two cores."""
     equivalents = equivalent_mutants()
     return [
         name
         for _, verdicts in recorded_results(path)
         for name, code in verdicts.items()
-        if fnmatch.fnmatchcase(name, pattern)
-        and (code is None or (code == SURVIVED and name not in equivalents))
+        if fnmatch.fnmatchcase(name, pattern) and not stands(name, code, equivalents)
     ]
 
 

@@ -103,12 +103,30 @@ def main() -> None:
         root = Path("mutants")
         if not root.is_dir():
             sys.exit("no mutants/ directory: run `make mutation` first")
-        results: Iterable[tuple[str, dict[str, int | None]]] = meta_results(root)
+        results: Iterable[tuple[str, dict[str, int | None]]] = list(meta_results(root))
     else:
         if not RECORD_FILE.exists():
             sys.exit(f"no {RECORD_FILE}: run `make mutation` first")
-        results = recorded_results()
-    print("\n".join(report(tally(results, equivalent_mutants(), "--files" in args))))
+        results = list(recorded_results())
+    equivalents = equivalent_mutants()
+    print("\n".join(report(tally(results, equivalents, "--files" in args))))
+    stale = listed_but_killed(results, equivalents)
+    if stale:
+        print(f"listed as equivalent but killed (renumbered? fix {EQUIVALENTS_FILE}): "
+              + ", ".join(stale))
+
+
+def listed_but_killed(
+    results: Iterable[tuple[str, dict[str, int | None]]], equivalents: set[str]
+) -> list[str]:
+    """Mutants the equivalents file lists that a test killed: a row whose mutant number now
+    names another change (mutmut numbers a function's mutants in order)."""
+    return sorted(
+        name
+        for _, exit_codes in results
+        for name, code in exit_codes.items()
+        if name in equivalents and code in KILLED_CODES
+    )
 
 
 if __name__ == "__main__":
