@@ -184,3 +184,11 @@ async def test_without_stall_timeout_a_silent_lease_is_kept(
     await lease(client, ttl=300_000)
     await trio.sleep(299)
     assert await state_of(client, job_id) == "active"
+
+
+async def test_a_queued_job_past_its_ttl_is_removed_when_asked(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, ttl=1000, removeOnFail=True)
+    await trio.sleep(1.5)
+    assert await state_of(client, job_id) == "unknown"
