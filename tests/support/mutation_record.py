@@ -36,6 +36,11 @@ RECORD_FILE = Path("tests/mutation_record.json")
 MUTANT_KEY = re.compile(r"^(?P<function>.+)__mutmut_(?P<number>\d+)$")
 SURVIVED = 0
 
+Verdicts = list[int | None]
+"""A function's verdicts by mutant number (index 0 is `__mutmut_1`); None: not tested yet."""
+FileRecord = dict[str, tuple[str, Verdicts]]
+"""A source file's functions (mutmut's names), each with its hash and its verdicts."""
+
 
 def mutmut_version() -> str | None:
     """The installed mutmut's version (mutant numbers are only comparable within one)."""
@@ -56,11 +61,6 @@ def stands(key: str, code: int | None, equivalents: set[str]) -> bool:
     """Whether a recorded verdict is kept for the next run: a kill, or a survivor listed as
     equivalent. Anything else (a survivor, "no tests", an interrupted run) is tried again."""
     return code in KILLED_CODES or (code == SURVIVED and key in equivalents)
-
-Verdicts = list[int | None]
-"""A function's verdicts by mutant number (index 0 is `__mutmut_1`); None: not tested yet."""
-FileRecord = dict[str, tuple[str, Verdicts]]
-"""A source file's functions (mutmut's names), each with its hash and its verdicts."""
 
 
 def module_prefix(source: str) -> str:
@@ -167,9 +167,9 @@ def seed(root: Path, path: Path = RECORD_FILE) -> int:
     many were written. A record from another mutmut version seeds nothing."""
     if root.exists():
         raise SystemExit(f"{root}/ exists: save its verdicts and delete it before seeding")
-    if recorded_version(path) != mutmut_version():
-        print(f"mutation record: from mutmut {recorded_version(path)}, not "
-              f"{mutmut_version()}: every mutant is tested again")
+    made_by, installed = recorded_version(path), mutmut_version()
+    if made_by != installed:
+        print(f"mutation record: from mutmut {made_by}, not {installed}: all mutants run again")
         return 0
     equivalents = equivalent_mutants()
     written = 0
