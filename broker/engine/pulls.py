@@ -75,12 +75,9 @@ class Pulls:
 
     def answer_parked(self) -> None:
         """Answer every parked long poll with no job (the broker is shutting down)."""
+        # Answered polls stay in their deques until `drop_answered` or a serve skips them.
         for queue in self.state.queues.values():
-            while queue.waiters:
-                waiter = queue.waiters.popleft()
-                if not waiter.done and not waiter.session.closed:
-                    waiter.done = True
-                    waiter.session.stage_reply(self._answer(waiter, [], []), waiter.req_id)
+            self.answer_empty(queue.waiters)
 
     def pull(self, session: ReplySink, command: cmd.Pull, now: float) -> Reply | None:
         """PULL/PULLB: claim ready jobs now, or park until one arrives or the timeout passes."""

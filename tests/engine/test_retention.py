@@ -179,3 +179,20 @@ def test_expiring_counts_the_stale_entries_it_passes_over() -> None:
     assert state.forgotten == ["b"]  # over the count of 1; the stale entry forgets nothing
     assert [job.id for _, _, job in retention.entries] == ["c"]
     assert retention.stale == 0 and retention.count == 1
+
+
+def test_expiring_keeps_counting_the_stale_entries_it_leaves_behind() -> None:
+    # `stale` must stay the number of entries that are not current, or compaction comes late.
+    retention = Retention("completed", 1, math.inf)
+    jobs = [Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b", "c", "d")]
+    for job in jobs:
+        job.state = "completed"
+        mark_finished(job)
+        retention.add(job, EPOCH_MS)
+    for retried in (jobs[0], jobs[3]):
+        retried.state = "waiting"
+    retention.count, retention.stale = 2, 2
+    expire_retained(Forgets(retention), retention, EPOCH_MS)
+    assert [job.id for _, _, job in retention.entries] == ["c", "d"]
+    stale = sum(not retention.current(entry) for entry in retention.entries)
+    assert retention.stale == stale == 1
