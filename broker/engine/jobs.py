@@ -119,7 +119,7 @@ class JobCommands:
         items: list[Any] = command.jobs  # type: ignore[assignment]
         queue = command.queue
         batch_ids = {item.customId for item in items if item.customId is not None}
-        earlier_keys: dict[str, str] = {}  # uniqueKey -> customId (or "") of its first item
+        earlier_keys: dict[str, str | None] = {}  # uniqueKey -> customId of its first item
         for index, item in enumerate(items):
             try:
                 if item.customId is not None and item.customId in (item.dependsOn or ()):
@@ -130,7 +130,7 @@ class JobCommands:
             except EngineError as exc:
                 raise EngineError(f"jobs[{index}]: {exc}") from None
             if item.uniqueKey is not None:
-                earlier_keys.setdefault(item.uniqueKey, item.customId or "")
+                earlier_keys.setdefault(item.uniqueKey, item.customId)
         self._check_batch_cycles(items)
         check_group_room(self.state, queue, items, batch=True)
         return {"ok": True, "ids": self._add_batch(queue, items, now)}
@@ -211,7 +211,7 @@ class JobCommands:
             raise EngineError(f"jobs[{index}]: Dependency cycle: {' -> '.join(cycle)}")
 
     def _check_replace(
-        self, queue: str, fields: Any, earlier_keys: dict[str, str], batch: Any = ()
+        self, queue: str, fields: Any, earlier_keys: dict[str, str | None], batch: Any = ()
     ) -> None:
         """dedup `replace` may not drop a job that other live jobs wait for: they would wait
         forever. Checked before anything changes (the replacement itself happens later)."""
@@ -221,8 +221,10 @@ class JobCommands:
         state = self.state
         if key in earlier_keys:  # replaces an earlier job of the same batch
             custom_id = earlier_keys[key]
+            if custom_id is None:  # an item without a customId: no dependsOn can name it
+                return
             waiting = [item.customId or "?" for item in batch
-                       if custom_id and custom_id in (item.dependsOn or ())]  # fmt: skip
+                       if custom_id in (item.dependsOn or ())]  # fmt: skip
             if waiting:
                 raise errors.replace_blocked(custom_id, waiting)
             return

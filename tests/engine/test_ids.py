@@ -2,6 +2,7 @@
 
 import uuid
 
+from broker.engine import model
 from broker.engine.model import uuid7, uuid7s
 
 
@@ -24,3 +25,20 @@ def test_every_id_made_in_bulk_carries_random_bits_in_every_random_digit() -> No
     for index in range(3):
         for position in [*range(20, 23), *range(24, 36)]:
             assert len({batch[index][position] for batch in batches}) > 1, (index, position)
+
+
+def test_ids_stay_unique_and_sorted_while_the_clock_stands_still(monkeypatch) -> None:
+    # A coarse or stopped clock (a VM, a 15 ms timer): the counter runs out and moves the
+    # millisecond on by itself, in bulk as one at a time.
+    monkeypatch.setattr(model.time, "time_ns", lambda: 1_700_000_000_000 * 1_000_000)
+    ids = uuid7s(5000) + [uuid7() for _ in range(5000)] + uuid7s(5000)
+    assert len(ids) == len(set(ids)) == 15000
+    assert ids == sorted(ids)
+
+
+def test_the_first_random_digit_of_an_id_is_uniform() -> None:
+    # Half of all hex digits are 8 or more: a digit drawn from too many or too few bits is not.
+    ids = [text for _ in range(1000) for text in uuid7s(2)]
+    for index in range(2):
+        high = sum(int(text[20], 16) >= 8 for text in ids[index::2])
+        assert 350 < high < 650, (index, high)
