@@ -206,6 +206,18 @@ async def test_a_pullb_adds_a_repeating_jobs_next_occurrence_between_jobs(
     assert (counts["active"], counts["delayed"]) == (3, 1)
 
 
+async def test_a_leased_pullb_over_a_repeating_job_gives_every_job_its_token(
+    client: FrameClient,
+) -> None:
+    ids = [await push(client), await push(client, repeat={"every": 1000}), await push(client)]
+    reply = await client.call("PULLB", queue="q", count=10, owner="w", lockTtl=60_000)
+    assert [job["id"] for job in reply["jobs"]] == ids
+    assert len(reply["tokens"]) == 3
+    for job_id, token in zip(ids, reply["tokens"], strict=True):
+        assert (await client.call("ACK", id=job_id, token=token))["ok"] is True
+        assert await state_of(client, job_id) == "completed"
+
+
 async def test_a_batch_keeps_a_long_timeline_at_its_cap(client: FrameClient) -> None:
     job_id = await push(client)
     for _ in range(10):  # waiting, then ten times active and back: 21 entries, 20 kept
