@@ -218,6 +218,28 @@ async def test_a_leased_pullb_over_a_repeating_job_gives_every_job_its_token(
         assert await state_of(client, job_id) == "completed"
 
 
+async def test_a_pullb_after_a_repeating_job_still_takes_only_its_count(
+    client: FrameClient,
+) -> None:
+    repeating, first, second = [
+        await push(client, repeat={"every": 1000}), await push(client), await push(client)
+    ]
+    reply = await client.call("PULLB", queue="q", count=2)
+    assert [job["id"] for job in reply["jobs"]] == [repeating, first]
+    assert await state_of(client, second) == "waiting"
+
+
+async def test_a_limited_queue_adds_a_repeating_jobs_next_occurrence_and_only_its(
+    client: FrameClient,
+) -> None:
+    await client.call("SetConcurrency", queue="q", limit=5)
+    plain, repeating = await push(client), await push(client, repeat={"every": 1000})
+    reply = await client.call("PULLB", queue="q", count=10)
+    assert [job["id"] for job in reply["jobs"]] == [plain, repeating]
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["active"], counts["delayed"], counts["waiting"]) == (2, 1, 0)
+
+
 async def test_a_batch_keeps_a_long_timeline_at_its_cap(client: FrameClient) -> None:
     job_id = await push(client)
     for _ in range(10):  # waiting, then ten times active and back: 21 entries, 20 kept
