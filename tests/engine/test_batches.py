@@ -229,6 +229,12 @@ async def test_a_pullb_after_a_repeating_job_still_takes_only_its_count(
     assert await state_of(client, second) == "waiting"
 
 
+async def test_a_pullb_ending_on_a_repeating_job_returns_what_it_took(client: FrameClient) -> None:
+    ids = [await push(client), await push(client, repeat={"every": 1000})]
+    reply = await client.call("PULLB", queue="q", count=10)
+    assert [job["id"] for job in reply["jobs"]] == ids
+
+
 async def test_a_limited_queue_adds_a_repeating_jobs_next_occurrence_and_only_its(
     client: FrameClient,
 ) -> None:

@@ -565,3 +565,17 @@ def test_an_engine_state_keeps_as_many_finished_jobs_as_the_broker_does_by_defau
     assert (state.completed.max_age_ms, state.failed.max_age_ms) == (
         config.keep_completed_s * 1000, config.keep_failed_s * 1000,
     )  # fmt: skip
+
+
+async def test_a_pulled_job_leaves_no_stale_entry_counted_behind(
+    app: App, client: FrameClient
+) -> None:
+    # A pull takes the job's entry off the heap: nothing stale is left, so none is counted
+    # (a count too high would rebuild heaps for nothing). Jobs with a processing timeout or
+    # a group are claimed one by one, the rest inline.
+    for options in ({"timeout": 60_000}, {"groupId": "g"}, *[{}] * 10):
+        await push(client, **options)
+    assert len((await client.call("PULLB", queue="q", count=3))["jobs"]) == 3
+    assert app.actor is not None
+    queue = app.actor.engine.state.queues["q"]
+    assert (queue.stale, queue.entries()) == (0, 9)
