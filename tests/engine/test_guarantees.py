@@ -4,6 +4,7 @@ stops the broker instead of answering `ok` for a change it could not keep."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Collection
 from typing import Any
 
@@ -210,6 +211,10 @@ async def test_an_unreachable_database_withholds_replies_until_the_commit_is_sto
         assert len(store.rows) == 3
         outage_logs = [r for r in caplog.records if "cannot commit" in r.getMessage()]
         assert len(outage_logs) == 1 and "connection refused" in outage_logs[0].getMessage()
+        recovered = [r.getMessage() for r in caplog.records if "stored again" in r.getMessage()]
+        assert len(recovered) == 1
+        match = re.fullmatch(r"commits stored again after (\d+\.\d) s", recovered[0])
+        assert match is not None and 5 <= float(match[1]) < 7, recovered
         app.shutdown()
 
 

@@ -42,3 +42,26 @@ def test_the_first_random_digit_of_an_id_is_uniform() -> None:
     for index in range(2):
         high = sum(int(text[20], 16) >= 8 for text in ids[index::2])
         assert 350 < high < 650, (index, high)
+
+
+def test_every_random_digit_of_a_single_id_takes_every_value() -> None:
+    # 2000 ids: a digit missing one of its 16 values by chance is about 16 * (15/16)^2000 away.
+    ids = [uuid7() for _ in range(2000)]
+    for position in [*range(20, 23), *range(24, 36)]:
+        assert len({text[position] for text in ids}) == 16, position
+
+
+def test_single_and_bulk_ids_share_one_layout() -> None:
+    # Variant bits 10 and two zero bits: the variant digit is always 8 (not 9, a or b).
+    ids = [uuid7() for _ in range(500)] + uuid7s(500)
+    assert {text[19] for text in ids} == {"8"}
+    assert {(len(text), text[8], text[13], text[14], text[18], text[23]) for text in ids} == {
+        (36, "-", "-", "7", "-", "-")
+    }
+
+
+def test_a_standing_clock_moves_the_ids_on_one_millisecond_per_4096(monkeypatch) -> None:
+    # The counter numbers every id of a millisecond: 8192 ids span at most three of them.
+    monkeypatch.setattr(model.time, "time_ns", lambda: 1_700_000_000_000 * 1_000_000)
+    ids = [uuid7() for _ in range(8192)]
+    assert len({text[:14] for text in ids}) <= 3

@@ -60,3 +60,13 @@ async def test_a_cancelled_job_in_the_lane_is_skipped(client: FrameClient) -> No
     assert (await client.call("Cancel", id=cancelled))["ok"] is True
     assert (await client.call("PULL", queue="q"))["job"]["id"] == kept
     assert (await client.call("PULL", queue="q", timeout=0))["job"] is None
+
+
+async def test_a_pull_passes_over_a_cancelled_job_at_the_top_of_the_heap(
+    client: FrameClient,
+) -> None:
+    # Prioritized jobs wait on the heap; the cancelled best one leaves a stale entry on top.
+    best = await push(client, priority=9)
+    other = await push(client, priority=1)
+    assert (await client.call("Cancel", id=best))["ok"] is True
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == other

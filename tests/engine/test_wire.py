@@ -6,6 +6,7 @@ import itertools
 
 import msgspec
 
+from broker.engine import wireform
 from broker.engine.model import FIELD_NAMES, TIMELINE_ENTRY, Job
 from broker.engine.wireform import wire_job, wire_jobs
 from tests.engine.test_push_pull import REFERENCE_JOB_KEYS
@@ -136,3 +137,10 @@ def test_the_pre_encoded_headers_are_messagepack_s_own() -> None:
         assert encode(entry).startswith(head) and encode(entry)[len(head)] == 5
     job_map = encode({"id": "x", **{f"k{n}": 0 for n in range(47)}})
     assert job_map.startswith(bytes(wireform._HEAD)) and len(wireform._HEAD) == 6
+
+
+def test_a_list_is_encoded_without_its_header_at_every_header_size() -> None:
+    # A MessagePack array header is 1, 3 or 5 bytes (up to 15, up to 65535, more items): the
+    # one cut off must be the one written, at each edge.
+    for size in (1, 15, 16, 0xFFFF, 0x10000):
+        assert bytes(wireform._encoded([1] * size)) == b"\x01" * size, size

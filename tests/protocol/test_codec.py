@@ -166,6 +166,23 @@ def test_pull_defaults_and_fields() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"owner": True},
+        {"owner": True, "lockTtl": True},
+        {"owner": True, "lockTtl": True, "detach": True},
+        {"owner": True, "lockTtl": True, "detach": True, "group": True},
+    ],
+)
+def test_a_pull_refuses_an_owner_that_is_not_a_string_whatever_else_it_holds(
+    fields: dict[str, Any],
+) -> None:
+    # The plain-PULL shortcut applies only when all four lease and group fields are absent.
+    result = decode({"cmd": "PULL", "queue": "q", **fields})
+    assert isinstance(result, Rejected) and result.error == "owner must be a string"
+
+
 def test_pullb_fields() -> None:
     command = accepted({"cmd": "PULLB", "queue": "q", "count": 10, "timeout": 50, "owner": "w"})
     assert (command.count, command.timeout, command.owner, command.lockTtl) == (10, 50, "w", 30000)
