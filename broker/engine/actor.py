@@ -119,7 +119,6 @@ class EngineActor:
         # A pass's writes the store could not take (StoreUnavailable): its replies wait until
         # they are stored, and no other pass runs meanwhile (writes stay in order).
         self._unstored: tuple[Any, ...] | None = None
-        self._outage_started: float | None = None
         # A store failure met in an inline pass: raised again in the actor's own task, so it
         # ends the engine (fail-stop, or a step-down in ha.py), not the caller's connection.
         self._failure: StoreError | None = None
@@ -452,25 +451,25 @@ class EngineActor:
         """Retry the withheld writes every COMMIT_RETRY_S until the store takes them. A lost
         lease (LeaseLost) ends the actor, the replies unsent."""
         store = self.store
-        while self._unstored is not None and store is not None:
+        if self._unstored is None or store is None:
+            return
+        started = trio.current_time()  # the failed commit was just now: the outage began
+        while True:
             await trio.sleep(COMMIT_RETRY_S)
             try:
                 if self._threaded:  # a reconnect may wait: not on the loop
                     await trio.to_thread.run_sync(self._write, self._unstored)
                 else:
                     self._write(self._unstored)
-            except StoreUnavailable as exc:
-                self._outage(exc)
-                continue
-            self._unstored = None
-            started, self._outage_started = self._outage_started, None
-            log.warning("commits stored again after %.1f s", trio.current_time() - (started or 0))
+            except StoreUnavailable:
+                continue  # the outage was logged once, at its first failure (`_outage`)
+            break
+        self._unstored = None
+        log.warning("commits stored again after %.1f s", trio.current_time() - started)
 
     def _outage(self, exc: StoreUnavailable) -> None:
-        """Log an outage once, with its cause, not once per attempt."""
-        if self._outage_started is None:
-            self._outage_started = trio.current_time()
-            log.warning("cannot commit; replies withheld, retrying: %s", exc)
+        """Log an outage's start with its cause (the retries that follow are not logged)."""
+        log.warning("cannot commit; replies withheld, retrying: %s", exc)
 
     def _take_writes(self) -> tuple[Any, ...] | None:
         """The pass's writes as `Store.commit` arguments, or None when there are none."""

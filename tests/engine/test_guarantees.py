@@ -198,6 +198,7 @@ async def test_an_unreachable_database_withholds_replies_until_the_commit_is_sto
         await nursery.start(app.run)
         client = await memory_connector(app, nursery)()
         assert (await client.call("PUSH", queue="q", data=1))["ok"] is True
+        await trio.sleep(10)  # the broker ran a while: the outage is timed from its own start
         store.down = True
         await client.send({"cmd": "PUSH", "queue": "q", "data": 2, "reqId": "held"})
         await client.send({"cmd": "PUSH", "queue": "q", "data": 3, "reqId": "behind"})
