@@ -31,6 +31,33 @@ async def test_dedup_extend_restarts_the_window(client: FrameClient, autojump_cl
     assert await push(client, **options) != first
 
 
+async def test_a_duplicate_without_extend_leaves_the_window_as_it_was(
+    client: FrameClient, autojump_clock
+) -> None:
+    options = {"uniqueKey": "k", "dedup": {"ttl": 1000}}
+    first = await push(client, **options)
+    await trio.sleep(0.8)
+    assert await push(client, **options) == first
+    await trio.sleep(0.201)  # 1001 ms after the first push
+    assert await push(client, **options) != first
+
+
+async def test_a_duplicate_key_without_replace_is_no_replace_while_others_wait(
+    client: FrameClient,
+) -> None:
+    # Only `replace` is refused while live jobs wait for the key's job: a plain duplicate is
+    # answered with that job, in a batch and after one.
+    held = await push(client, uniqueKey="k")
+    await push(client, dependsOn=[held])
+    assert await push(client, uniqueKey="k") == held
+    jobs = [
+        {"data": 1, "customId": "a", "uniqueKey": "j"},
+        {"data": 2, "customId": "b", "dependsOn": ["a"]},
+        {"data": 3, "uniqueKey": "j"},
+    ]
+    assert (await client.call("PUSHB", queue="q", jobs=jobs))["ids"] == ["a", "b", "a"]
+
+
 async def test_dedup_replace_swaps_a_job_not_yet_started(client: FrameClient) -> None:
     first = await push(client, uniqueKey="k", data={"v": 1})
     second = await push(client, uniqueKey="k", data={"v": 2}, dedup={"replace": True})
