@@ -159,3 +159,28 @@ def test_a_hold_timer_drops_only_the_hold_it_was_set_for() -> None:
     assert keys.owner(key, 2000.0) == "a"
     keys.expire(key, "a", 3000.0)
     assert len(keys) == 0
+
+
+async def test_replace_with_a_key_no_job_holds_is_a_plain_push(client: FrameClient) -> None:
+    job_id = await push(client, uniqueKey="fresh", dedup={"replace": True})
+    assert await state_of(client, job_id) == "waiting"
+
+
+async def test_replace_of_a_started_job_answers_that_job_even_while_others_wait(
+    client: FrameClient,
+) -> None:
+    held = await push(client, uniqueKey="k")
+    await push(client, dependsOn=[held])
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == held
+    assert await push(client, uniqueKey="k", dedup={"replace": True}) == held
+    assert await state_of(client, held) == "active"
+
+
+async def test_replace_goes_ahead_once_the_job_waiting_for_it_is_cancelled(
+    client: FrameClient,
+) -> None:
+    held = await push(client, uniqueKey="k")
+    waiter = await push(client, dependsOn=[held])
+    assert (await client.call("Cancel", id=waiter))["ok"] is True
+    replacement = await push(client, uniqueKey="k", dedup={"replace": True})
+    assert replacement != held and await state_of(client, held) == "unknown"

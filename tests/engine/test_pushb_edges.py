@@ -69,3 +69,15 @@ async def test_a_batch_cannot_replace_its_own_item_that_another_item_waits_for(
     reply = await client.call("PUSHB", queue="q", jobs=jobs)
     assert reply["error"] == "jobs[2]: Cannot replace job a: jobs depend on it (b)"
     assert await count(client) == 0
+
+
+async def test_a_waiting_batch_item_without_a_custom_id_is_shown_as_a_question_mark(
+    client: FrameClient,
+) -> None:
+    jobs = [
+        {"data": 1, "customId": "a", "uniqueKey": "k"},
+        {"data": 2, "dependsOn": ["a"]},
+        {"data": 3, "uniqueKey": "k", "dedup": {"replace": True}},
+    ]
+    reply = await client.call("PUSHB", queue="q", jobs=jobs)
+    assert reply["error"] == "jobs[2]: Cannot replace job a: jobs depend on it (?)"
