@@ -59,6 +59,10 @@ async def test_bad_patterns_are_refused(client: FrameClient) -> None:
     )
     assert reply["error"] == "Invalid timezone: Nowhere/City"
     reply = await client.call(
+        "PUSH", queue="q", data={}, repeat={"every": 1000, "tz": "Nowhere/City"}
+    )
+    assert reply["error"] == "Invalid timezone: Nowhere/City"  # checked without a pattern too
+    reply = await client.call(
         "PUSH", queue="q", data={}, repeat={"every": 1000, "endDate": 1000, "immediately": True}
     )
     assert reply["error"] == "repeat has no future occurrence"
