@@ -579,3 +579,21 @@ async def test_a_pulled_job_leaves_no_stale_entry_counted_behind(
     assert app.actor is not None
     queue = app.actor.engine.state.queues["q"]
     assert (queue.stale, queue.entries()) == (0, 9)
+
+
+async def test_requests_arriving_between_housekeeping_passes_are_answered(
+    app: App, connect: Connect
+) -> None:
+    # While the actor lets other tasks run between two slices of housekeeping, it is not
+    # parked: a connection's batch must go through its inbox, not run inline beside it.
+    assert app.actor is not None
+    state = app.actor.engine.state
+    clients = [await connect() for _ in range(4)]
+    await push(clients[0], delay=60_000)  # a timer on the wheel
+    state.graveyard.bury([object() for _ in range(8 * DROP_SLICE + 1)])
+    for index, client in enumerate(clients):
+        await client.send({"cmd": "PUSH", "queue": "q", "data": index, "reqId": "r"})
+    replies = [await client.receive() for client in clients]
+    assert [reply["ok"] for reply in replies] == [True] * 4
+    await trio.testing.wait_all_tasks_blocked()
+    assert state.graveyard.lots == []
