@@ -54,6 +54,12 @@ async def test_job_carries_every_option_and_the_reference_fields(client: FrameCl
     assert job["state"] == "prioritized"
 
 
+async def test_a_pushed_job_was_last_heard_of_when_it_was_created(client: FrameClient) -> None:
+    for options in ({}, {"priority": 2, "delay": 50}):  # the plain path and the general one
+        job = (await client.call("GetJob", id=await push(client, **options)))["job"]
+        assert job["lastHeartbeat"] == job["createdAt"]
+
+
 async def test_name_inside_data_moves_to_the_job(client: FrameClient) -> None:
     job_id = await push(client, data={"name": "legacy", "x": 1})
     job = (await client.call("GetJob", id=job_id))["job"]
