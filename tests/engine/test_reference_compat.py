@@ -7,7 +7,7 @@ import pytest
 import trio
 
 from broker.engine.core import Engine
-from protocol.commands import SubscribeEvents
+from protocol.commands import SubscribeEvents, UnsubscribeEvents
 from tests.conftest import Connect
 from tests.engine.test_push_pull import pull_ids, push, state_of
 from tests.support.client import FrameClient
@@ -383,6 +383,10 @@ def test_subscribe_events_from_another_transport_is_a_clear_error() -> None:
             self.replies.append(reply)
 
     session = Session()
-    Engine().execute(session, SubscribeEvents(queue="q"), 0.0)
-    error = "SubscribeEvents is only available over TCP (WebSocket: use Subscribe)"
-    assert session.replies == [{"ok": False, "error": error}]
+    engine = Engine()
+    engine.execute(session, SubscribeEvents(queue="q"), 0.0)
+    engine.execute(session, UnsubscribeEvents(), 0.0)
+    assert session.replies == [
+        {"ok": False, "error": f"{name} is only available over TCP (WebSocket: use Subscribe)"}
+        for name in ("SubscribeEvents", "UnsubscribeEvents")
+    ]

@@ -261,6 +261,8 @@ REJECTIONS = [
     pytest.param(push(queue="q*"), "Queue name contains invalid characters", id="queue-star"),
     pytest.param(push(queue=" q"), "Queue name contains invalid characters", id="queue-lead-space"),
     pytest.param(push(queue=5), "Queue name must be a string", id="queue-number"),
+    pytest.param(push(queue=["q"]), "Queue name must be a string", id="queue-list"),
+    pytest.param(push(queue={"q": 1}), "Queue name must be a string", id="queue-map"),
     pytest.param(pull(queue="a b"), "Queue name contains invalid characters", id="pull-queue"),
     pytest.param(pullb(queue=LONG_NAME), "Queue name too long (max 256 characters)", id="pullb-q"),
     pytest.param(pushb(item(), queue=""), "Queue name is required", id="pushb-queue"),
