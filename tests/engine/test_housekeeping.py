@@ -597,3 +597,30 @@ async def test_requests_arriving_between_housekeeping_passes_are_answered(
     assert [reply["ok"] for reply in replies] == [True] * 4
     await trio.testing.wait_all_tasks_blocked()
     assert state.graveyard.lots == []
+
+
+async def test_one_of_two_delayed_jobs_cancelled_leaves_the_wheel_as_it_is(
+    app: App, client: FrameClient
+) -> None:
+    # As for the heap: the wheel is rebuilt only once over half of it is stale.
+    cancelled = await push(client, delay=60_000)
+    await push(client, delay=60_000)
+    assert (await client.call("Cancel", id=cancelled))["ok"] is True
+    await trio.testing.wait_all_tasks_blocked()
+    assert app.actor is not None
+    wheel = app.actor.engine.state.wheel
+    assert (wheel.stale, len(wheel)) == (1, 2)
+
+
+async def test_one_of_two_completed_jobs_retried_leaves_the_kept_list_as_it_is(
+    app: App, client: FrameClient
+) -> None:
+    # As for the heap: the completed jobs' list is rebuilt only once over half of it is stale.
+    ids = [await push(client), await push(client)]
+    await client.call("PULLB", queue="q", count=2)
+    await client.call("ACKB", ids=ids)
+    assert (await client.call("RetryCompleted", queue="q", id=ids[0]))["ok"] is True
+    await trio.testing.wait_all_tasks_blocked()
+    assert app.actor is not None
+    completed = app.actor.engine.state.completed
+    assert (completed.stale, len(completed.entries)) == (1, 2)
