@@ -3,6 +3,9 @@ delivery outcomes are counted."""
 
 from __future__ import annotations
 
+import pytest
+
+from broker.engine.errors import EngineError
 from broker.engine.webhooks import Delivered, Webhook, WebhookRegistry
 from protocol.webhooks import AddWebhook, ListWebhooks
 from tests.conftest import StoreFactory
@@ -90,3 +93,11 @@ async def test_a_removed_webhook_stays_removed_after_a_restart(
         client = await connect()
         listed = (await client.call("ListWebhooks"))["data"]["webhooks"]
         assert [hook["id"] for hook in listed] == [kept["data"]["webhookId"]]
+
+
+def test_a_registry_refuses_local_targets_unless_told_otherwise() -> None:
+    # The safe default: an engine built without the broker's config (which may allow them).
+    command = AddWebhook(url="http://localhost:9000/h", events=["*"])
+    with pytest.raises(EngineError, match="cannot point to localhost"):
+        WebhookRegistry().add(None, command, 0.0)  # type: ignore[arg-type]
+    assert WebhookRegistry(allow_private=True).add(None, command, 0.0)["ok"] is True  # type: ignore[arg-type]
