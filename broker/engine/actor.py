@@ -89,17 +89,11 @@ class AnswerParked:
 class EngineActor:
     """Owns an Engine and serialises all access to it."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        clock: Clock,
-        store: Store | None = None,
-        bus: EventBus | None = None,
-    ) -> None:
+    def __init__(self, engine: Engine, clock: Clock, store: Store | None = None) -> None:
         self.engine = engine
         self.clock = clock
         self.store = store
-        self.bus = bus if bus is not None else EventBus()
+        self.bus = EventBus()
         engine.started_ms = clock.now_ms()
         self.bus.on_change = self._listening
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
