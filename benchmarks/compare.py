@@ -65,7 +65,9 @@ def start(
         return TrioqServer.start(mode, postgres_url=url)
     if kind.startswith(BEFORE):
         index = int(kind.removeprefix(BEFORE) or 1) - 1
-        return TrioqServer.start(mode, postgres_url=url, root=args.baseline[index])
+        pythons = args.baseline_python
+        python = pythons[index] if index < len(pythons) else ""
+        return TrioqServer.start(mode, postgres_url=url, root=args.baseline[index], python=python)
     if kind == "null":
         return TrioqServer.start("memory", module="benchmarks.nullserver")
     return ReferenceServer.start(mode, script_dir=args.reference_dir, postgres_url=url)
@@ -257,7 +259,9 @@ def run_compare(args: argparse.Namespace) -> int:
         f" generator: {args.processes} processes; load average before {before}, after {after}"
     )
     for index, path in enumerate(args.baseline):
-        print(f"{label(before_kind(index))}: the checkout at {path}")
+        pythons = args.baseline_python
+        python = pythons[index] if index < len(pythons) else sys.executable
+        print(f"{label(before_kind(index))}: the checkout at {path}, run by {python}")
     print()
     for mode in args.modes:
         kinds = kinds_for(mode, 0, args, have_reference)

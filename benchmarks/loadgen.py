@@ -2,7 +2,7 @@
 
     python -m benchmarks.loadgen --port 6789 [--scenario push] [--connections 16] [--window 8]
     python -m benchmarks.loadgen --compare [--modes memory,sqlite,postgres] [--repeat 3]
-                                 [--baseline DIR]
+                                 [--baseline DIR [--baseline-python PYTHON]]
 
 Why Python in several processes (and not bun): measured on this machine, one process of this
 generator drives a do-nothing server at several times trioq's best rate, and the connections are
@@ -686,8 +686,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="also run the trioq checkout in DIR (e.g. a git worktree of an older commit) as"
         " the column 'trioq before', alternating with the others; repeatable (before2, ...)",
     )
+    parser.add_argument(
+        "--baseline-python",
+        action="append",
+        default=[],
+        metavar="PYTHON",
+        help="the interpreter of the --baseline of the same position (default: this one), e.g."
+        " another venv's python, to compare interpreters in one run",
+    )
     args = parser.parse_args(argv)
     args.baseline = [path.resolve() for path in args.baseline]
+    if len(args.baseline_python) > len(args.baseline):
+        parser.error("each --baseline-python belongs to a --baseline")
     for path in args.baseline:
         if not (path / "broker").is_dir():
             parser.error(f"--baseline {path}: not a trioq checkout (no broker/ in it)")

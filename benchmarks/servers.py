@@ -238,10 +238,12 @@ class TrioqServer:
         data_dir: Path | None,
         module: str = "broker",
         postgres_url: str = "",
+        python: str = "",
     ) -> list[str]:
-        """The command line that starts the broker in ``mode``."""
+        """The command line that starts the broker in ``mode`` (with ``python``, by default
+        this interpreter)."""
         _check_mode(mode)
-        cmd = [sys.executable, "-m", module, "serve"]
+        cmd = [python or sys.executable, "-m", module, "serve"]
         if mode == "memory":
             cmd.append("--memory")
         elif mode == "postgres":
@@ -261,6 +263,7 @@ class TrioqServer:
         module: str = "broker",
         postgres_url: str = "",
         root: Path = REPO_ROOT,
+        python: str = "",
     ) -> TrioqServer:
         """Start the broker on a free port and wait until it is ready.
 
@@ -269,7 +272,8 @@ class TrioqServer:
         :class:`ServerStartError` (with the tail of its output) if it exits or times out.
         In postgres mode it uses ``postgres_url``, else a private PostgreSQL server of its own.
         ``root`` is the checkout whose code runs (its working directory and ``PYTHONPATH``):
-        another one than this project's runs an older trioq beside this one (``--baseline``).
+        another one than this project's runs an older trioq beside this one (``--baseline``),
+        ``python`` another interpreter (``--baseline-python``).
         """
         _check_mode(mode)
         port = free_port(host)
@@ -278,7 +282,7 @@ class TrioqServer:
         if mode == "postgres" and not postgres_url:
             database = _start_postgres()
             postgres_url = database.url
-        cmd = cls.command(mode, host, port, data_dir, module, postgres_url)
+        cmd = cls.command(mode, host, port, data_dir, module, postgres_url, python)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if root != REPO_ROOT:
             env["PYTHONPATH"] = str(root)
