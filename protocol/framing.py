@@ -65,6 +65,26 @@ class FrameDecoder:
             del buffer[:start]
         return payloads
 
+    def whole_frames(self, chunk: bytes) -> list[bytes] | None:
+        """The payloads of `chunk` when, with nothing buffered, it holds only whole frames
+        within the limit; else None, and nothing changes (`feed` then takes the chunk the
+        usual way). A reader that can act on whole frames at once, and on nothing else,
+        asks this first."""
+        if self._buffer:
+            return None
+        payloads: list[bytes] = []
+        start = 0
+        end = len(chunk)
+        limit = self._limit
+        while start < end:
+            body = start + HEADER_SIZE
+            size = int.from_bytes(chunk[start:body], "big")
+            if body > end or size > limit or body + size > end:
+                return None
+            start = body + size
+            payloads.append(chunk[body:start])
+        return payloads
+
 
 def frame(payload: bytes) -> bytes:
     """Prefix one payload with its length."""

@@ -294,7 +294,7 @@ class EngineActor:
         """Run a session's batch (or apply a webhook delivery's outcome): at once in the
         caller's task when the actor is idle (see `submit_inline`), else through the inbox
         (waiting while it is full), behind everything sent before it."""
-        if self.submit_inline(batch):
+        if self._run_inline([batch]):  # `submit_inline`, without its call
             return
         self._queued_batches += 1
         try:
@@ -302,6 +302,24 @@ class EngineActor:
         except BaseException:
             self._queued_batches -= 1  # not sent
             raise
+
+    async def submit_all(self, batches: list[Batch]) -> None:
+        """Run the batches of several sessions (in order) as one pass: at once in the caller's
+        task when the actor is idle (see `submit_inline`), else through the inbox, waiting
+        only while it is full. The read hub (server/hub.py) submits one turn's reads so."""
+        if self._run_inline(batches):
+            return
+        inbox = self.inbox
+        for batch in batches:
+            self._queued_batches += 1
+            try:
+                inbox.send_nowait(batch)
+            except trio.WouldBlock:
+                try:
+                    await inbox.send(batch)
+                except BaseException:
+                    self._queued_batches -= 1  # not sent
+                    raise
 
     def submit_inline(self, batch: Batch | Delivered) -> bool:
         """Run `batch` at once in the caller's task if the actor is idle; else return False.
@@ -312,6 +330,10 @@ class EngineActor:
         a task switch and a scheduler round per command. If the pass armed an earlier timer
         than the one the actor sleeps on, or left housekeeping to do, the actor is woken.
         """
+        return self._run_inline([batch])
+
+    def _run_inline(self, items: list[Any]) -> bool:
+        """`submit_inline` of one pass of several items."""
         armed = self._armed_deadline
         busy = self._queued_batches or self._inline_spent or self._unstored or self._failure
         # An inline pass cannot wait for a threaded commit: it goes through the inbox.
@@ -319,7 +341,7 @@ class EngineActor:
         if armed is None or busy:
             return False
         self._inline_spent = True
-        self._execute([batch])
+        self._execute(items)
         try:
             if self.store is not None:  # memory mode: not even the call
                 self._commit()

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from broker.clock import Clock
-from broker.engine.actor import Batch, Disconnect, EngineActor
+from broker.engine.actor import INBOX_SIZE, Batch, Disconnect, EngineActor
 from broker.engine.core import Engine
 from protocol import decode_command
 from tests.conftest import EPOCH_MS
@@ -115,6 +115,46 @@ async def test_after_an_inline_pass_woke_the_actor_nothing_runs_inline_until_it_
         assert actor.submit_inline(push_batch(session)) is True  # re-armed: inline again
         actor.inbox.close()
     assert len(session.replies) == 2
+
+
+async def test_batches_submitted_together_run_as_one_inline_pass_in_their_order() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    first, second = RecordingSession(actor.outbox), RecordingSession(actor.outbox)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()  # parked: the next pass may run inline
+        passes: list[int] = []
+        actor.on_pass = passes.append
+        pushed = Batch(first, [command(cmd="PUSH", queue="q", data=1)])
+        pulled = Batch(second, [command(cmd="PULL", queue="q"), command(cmd="Count", queue="q")])
+        await actor.submit_all([pushed, pulled])
+        assert passes == [3]  # one pass, before submit_all returned
+        assert second.replies[0]["job"]["id"] == first.replies[0]["id"]  # the PUSH ran first
+        actor.inbox.close()
+
+
+async def test_batches_submitted_together_to_a_busy_actor_queue_in_their_order() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    sessions = [RecordingSession(actor.outbox) for _ in range(3)]
+    # The actor is not running yet: nothing runs inline, and more batches than the inbox holds
+    # make the last ones wait for room.
+    batches = [
+        Batch(sessions[n % 3], [command(cmd="PUSH", queue="q", data=n)])
+        for n in range(INBOX_SIZE + 5)
+    ]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.submit_all, batches)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not any(session.replies for session in sessions)
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()
+        actor.inbox.close()
+    ids = [reply["id"] for session in sessions for reply in session.replies]
+    assert len(ids) == INBOX_SIZE + 5 and actor._queued_batches == 0
+    for number, session in enumerate(sessions):  # each session's replies in its own order
+        jobs = [actor.engine.state.jobs[reply["id"]] for reply in session.replies]
+        numbers = [msgspec.msgpack.decode(job.data) for job in jobs]
+        assert numbers == list(range(number, INBOX_SIZE + 5, 3))
 
 
 class SealedSink:

@@ -151,3 +151,45 @@ def test_custom_limit_is_inclusive() -> None:
     with pytest.raises(FrameTooLarge) as caught:
         decoder.feed(frame(b"0123456789A"))
     assert str(caught.value) == "Frame too large: 11 bytes exceeds maximum 10"
+
+
+def test_whole_frames_gives_every_payload_of_a_chunk_of_whole_frames() -> None:
+    decoder = FrameDecoder()
+    chunk = frame(b"one") + frame(b"") + frame(b"three")
+    assert decoder.whole_frames(chunk) == [b"one", b"", b"three"]
+    assert decoder.buffered == 0
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        frame(b"one") + frame(b"two")[:-1],  # the last frame unfinished
+        frame(b"one") + b"\0\0",  # half a header
+        frame(b"x" * 11),  # over the limit
+        frame(b"one") + frame(b"x" * 11),  # over the limit after a whole frame
+    ],
+)
+def test_whole_frames_leaves_any_other_chunk_to_feed(chunk: bytes) -> None:
+    decoder = FrameDecoder(limit=10)
+    assert decoder.whole_frames(chunk) is None
+    assert decoder.buffered == 0  # nothing was kept: `feed` still sees the whole chunk
+    assert fed(decoder, chunk) == fed(FrameDecoder(limit=10), chunk)
+
+
+def fed(decoder: FrameDecoder, chunk: bytes) -> tuple[list[bytes], int] | str:
+    """What `feed` makes of `chunk`: the payloads and the bytes kept, or the error."""
+    try:
+        return decoder.feed(chunk), decoder.buffered
+    except FrameTooLarge as exc:
+        return str(exc)
+
+
+def test_whole_frames_of_a_frame_exactly_at_the_limit() -> None:
+    assert FrameDecoder(limit=3).whole_frames(frame(b"abc")) == [b"abc"]
+
+
+def test_whole_frames_refuses_while_a_partial_frame_is_buffered() -> None:
+    decoder = FrameDecoder()
+    decoder.feed(frame(b"one")[:5])
+    assert decoder.whole_frames(frame(b"two")) is None
+    assert decoder.buffered == 5
