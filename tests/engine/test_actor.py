@@ -157,6 +157,24 @@ async def test_batches_submitted_together_to_a_busy_actor_queue_in_their_order()
         assert numbers == list(range(number, INBOX_SIZE + 5, 3))
 
 
+async def test_batches_whose_send_was_cancelled_are_not_counted_as_queued() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    session = RecordingSession(actor.outbox)
+    batches = [push_batch(session) for _ in range(INBOX_SIZE + 2)]
+    with trio.CancelScope() as waiting:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(actor.submit_all, batches)
+            await trio.testing.wait_all_tasks_blocked()  # the inbox is full: it waits for room
+            waiting.cancel()
+    assert actor._queued_batches == INBOX_SIZE  # the two never sent are not counted
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(session.replies) == INBOX_SIZE
+        assert actor.submit_inline(push_batch(session)) is True  # nothing counted as waiting
+        actor.inbox.close()
+
+
 class SealedSink:
     """A ReplySink whose fields cannot be written from outside: `closed` is read only and
     there is no room for anything else (slots), as the engine must not write a transport's

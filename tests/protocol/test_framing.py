@@ -184,6 +184,10 @@ def fed(decoder: FrameDecoder, chunk: bytes) -> tuple[list[bytes], int] | str:
         return str(exc)
 
 
+def test_whole_frames_of_a_chunk_ending_in_an_empty_frame() -> None:
+    assert FrameDecoder().whole_frames(frame(b"one") + frame(b"")) == [b"one", b""]
+
+
 def test_whole_frames_of_a_frame_exactly_at_the_limit() -> None:
     assert FrameDecoder(limit=3).whole_frames(frame(b"abc")) == [b"abc"]
 
