@@ -44,6 +44,13 @@ def before_kind(index: int) -> str:
     return BEFORE if index == 0 else f"{BEFORE}{index + 1}"
 
 
+def baseline_python(args: argparse.Namespace, index: int) -> str:
+    """The interpreter of the ``--baseline`` checkout at ``index``: this one, unless a
+    ``--baseline-python`` in the same position names another."""
+    pythons = args.baseline_python
+    return str(pythons[index]) if index < len(pythons) else sys.executable
+
+
 def label(kind: str) -> str:
     """The column title of a server kind."""
     return f"trioq {kind}" if kind.startswith(BEFORE) else kind
@@ -65,9 +72,8 @@ def start(
         return TrioqServer.start(mode, postgres_url=url)
     if kind.startswith(BEFORE):
         index = int(kind.removeprefix(BEFORE) or 1) - 1
-        pythons = args.baseline_python
-        python = pythons[index] if index < len(pythons) else ""
-        return TrioqServer.start(mode, postgres_url=url, root=args.baseline[index], python=python)
+        root, python = args.baseline[index], baseline_python(args, index)
+        return TrioqServer.start(mode, postgres_url=url, root=root, python=python)
     if kind == "null":
         return TrioqServer.start("memory", module="benchmarks.nullserver")
     return ReferenceServer.start(mode, script_dir=args.reference_dir, postgres_url=url)
@@ -259,8 +265,7 @@ def run_compare(args: argparse.Namespace) -> int:
         f" generator: {args.processes} processes; load average before {before}, after {after}"
     )
     for index, path in enumerate(args.baseline):
-        pythons = args.baseline_python
-        python = pythons[index] if index < len(pythons) else sys.executable
+        python = baseline_python(args, index)
         print(f"{label(before_kind(index))}: the checkout at {path}, run by {python}")
     print()
     for mode in args.modes:

@@ -85,3 +85,12 @@ def test_a_baseline_python_without_its_baseline_is_refused(capsys) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--compare", "--baseline-python", "/usr/bin/python3"])
     assert "each --baseline-python belongs to a --baseline" in capsys.readouterr().err
+
+
+def test_each_baseline_has_the_interpreter_given_in_its_position() -> None:
+    from benchmarks.compare import baseline_python
+
+    args = parse_args(["--compare", "--baseline", ".", "--baseline", ".",
+                       "--baseline-python", "/opt/old/python"])  # fmt: skip
+    assert baseline_python(args, 0) == "/opt/old/python"
+    assert baseline_python(args, 1) == sys.executable
