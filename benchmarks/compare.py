@@ -48,7 +48,7 @@ def baseline_python(args: argparse.Namespace, index: int) -> str:
     """The interpreter of the ``--baseline`` checkout at ``index``: this one, unless a
     ``--baseline-python`` in the same position names another."""
     pythons = args.baseline_python
-    return str(pythons[index]) if index < len(pythons) else sys.executable
+    return pythons[index] if index < len(pythons) else sys.executable
 
 
 def label(kind: str) -> str:

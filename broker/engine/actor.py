@@ -296,12 +296,7 @@ class EngineActor:
         (waiting while it is full), behind everything sent before it."""
         if self._run_inline([batch]):  # `submit_inline`, without its call
             return
-        self._queued_batches += 1
-        try:
-            await self.inbox.send(batch)
-        except BaseException:
-            self._queued_batches -= 1  # not sent
-            raise
+        await self._queue(batch)
 
     async def submit_all(self, batches: list[Batch]) -> None:
         """Run the batches of several sessions (in order) as one pass: at once in the caller's
@@ -309,17 +304,22 @@ class EngineActor:
         only while it is full. The read hub (server/hub.py) submits one turn's reads so."""
         if self._run_inline(batches):
             return
-        inbox = self.inbox
         for batch in batches:
-            self._queued_batches += 1
             try:
-                inbox.send_nowait(batch)
+                self.inbox.send_nowait(batch)  # no checkpoint per batch while there is room
             except trio.WouldBlock:
-                try:
-                    await inbox.send(batch)
-                except BaseException:
-                    self._queued_batches -= 1  # not sent
-                    raise
+                await self._queue(batch)
+            else:
+                self._queued_batches += 1
+
+    async def _queue(self, item: Batch | Delivered) -> None:
+        """Send `item` to the inbox (waiting while it is full), counted as queued once sent."""
+        self._queued_batches += 1
+        try:
+            await self.inbox.send(item)
+        except BaseException:
+            self._queued_batches -= 1  # not sent
+            raise
 
     def submit_inline(self, batch: Batch | Delivered) -> bool:
         """Run `batch` at once in the caller's task if the actor is idle; else return False.
