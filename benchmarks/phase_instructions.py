@@ -15,9 +15,11 @@ scheduler turn between them, so the count is the engine's and the codec's cost p
 Scenarios: `count` (a Count command: what every request pays, whatever it does), `push`, `pull`
 (PULL of a filled queue), `ack`, `pullb` and `ackb` (PULLB of 100 / ACKB of 100 ids, per job),
 `mixed` (a long poll parks, a PUSH is handed to it, the worker ACKs: per job, the three requests
-and the actor's wake-ups for the poll's timer). `--wired` connects the actor to its metrics and
-the webhook dispatcher as a served broker does (`App.wire`: a histogram per pass, per started
-and per completed job, the webhook check per pass). Needs valgrind and its headers
+and the actor's wake-ups for the poll's timer). Retention is full throughout (a kept count of
+0), as in a broker that has run for a while: every job completed forgets one. `--wired`
+connects the actor to its metrics and the webhook dispatcher as a served broker does
+(`App.wire`: a histogram per pass, per started and per completed job, the webhook check per
+pass). Needs valgrind and its headers
 (`valgrind/callgrind.h`) and a C compiler.
 """
 
@@ -68,6 +70,7 @@ def workload(
     from broker.clock import Clock
     from broker.engine.actor import Batch, EngineActor
     from broker.engine.core import Engine
+    from broker.engine.state import EngineState
     from broker.server.frontdoor import InFlight
     from broker.server.session import Session
     from protocol import decode_command
@@ -89,7 +92,9 @@ def workload(
 
     async def main() -> None:
         store = SqliteStore(os.path.join(sqlite_dir, "trioq.db")) if sqlite_dir else None
-        actor = EngineActor(Engine(), Clock(), store)
+        # Retention full from the start, as in a broker that has run a while: each job
+        # completed pushes the oldest completed job out (forgotten within the same pass).
+        actor = EngineActor(Engine(EngineState(keep_completed=0)), Clock(), store)
         if wired:
             from broker.app import App
             from broker.config import Config

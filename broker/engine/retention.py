@@ -70,12 +70,13 @@ class Retention:
 
 class Forgetting(Protocol):
     """What the retention rules touch of EngineState: the wheel (age timers), and forgetting
-    a job that aged or was pushed out."""
+    the jobs that aged or were pushed out."""
 
     wheel: TimerWheel
 
-    def forget(self, job: Job) -> None:
-        """Drop the job entirely (its state tallies, its store row)."""
+    def forget_expired(self, jobs: list[Job], retention: Retention) -> None:
+        """Drop `jobs` entirely (their state tallies, their store rows): jobs current in
+        `retention` whose entries it has just dropped, so none of theirs is left stale there."""
         ...
 
 
@@ -89,21 +90,29 @@ def retain(state: Forgetting, retention: Retention, job: Job, now: float) -> Non
 def expire_retained(state: Forgetting, retention: Retention, now: float) -> None:
     """Forget finished jobs past their count or age (oldest first), and make sure a timer
     comes for the next one to age out: one pending timer per Retention, unless the next
-    expiry is earlier than it (a shorter maxAge)."""
+    expiry is earlier than it (a shorter maxAge). The jobs are forgotten together, after the
+    scan: each lowers `retention.count` by one, so the scan counts them off itself."""
     entries = retention.entries
     kept_state = retention.state
+    max_age = retention.max_age_ms
+    over = retention.count - retention.limit  # how many the count cap pushes out
+    expired: list[Job] = []
+    passed_over = 0  # stale entries dropped on the way
     while entries:
-        entry = entries[0]
-        _, seq, job = entry
+        finished_at, seq, job = entries[0]
         if job.state != kept_state or job.retained_seq != seq:  # `retention.current`, inline
             entries.popleft()  # the job moved on (retried, removed): nothing to forget
-            retention.stale = max(retention.stale - 1, 0)
+            passed_over += 1
             continue
-        if retention.count <= retention.limit and entry[0] + retention.max_age_ms > now:
+        if over <= 0 and finished_at + max_age > now:
             break
         entries.popleft()
-        state.forget(job)  # leaving the state lowers retention.count
-        retention.stale = max(retention.stale - 1, 0)  # ...and counted this entry stale
+        expired.append(job)
+        over -= 1
+    if passed_over:
+        retention.stale = max(retention.stale - passed_over, 0)
+    if expired:
+        state.forget_expired(expired, retention)
     expiry = retention.next_expiry()
     armed = retention.armed_at
     if expiry is not None and (armed is None or expiry < armed):

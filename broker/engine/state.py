@@ -914,6 +914,44 @@ class EngineState:
             self.changed.pop(job.id, None)
             self.deleted.add(job.id)
 
+    def forget_expired(self, jobs: list[Job], retention: Retention) -> None:
+        """`forget` jobs current in `retention` whose entries it has just dropped (aged or
+        pushed out by its caps): none of theirs is left stale there. Completed jobs, which an
+        ACK at a full retention forgets one for one, take a short path with the same effects
+        (a completed job holds no timer but its ttl's, and no group tally)."""
+        if retention is not self.completed:
+            for job in jobs:
+                self.forget(job)  # which counts each one's entry stale in `retention`...
+            retention.stale = max(retention.stale - len(jobs), 0)  # ...that is gone
+            return
+        done = self.done_ids
+        live = self.jobs
+        finished = self.finished.append
+        changed = self.changed if self.tracking else None
+        name: str | None = None  # the last job's queue, and its counts
+        counts: dict[str, int] = {}
+        ttl_timers = 0
+        for job in jobs:
+            job_id = job.id
+            done[job_id] = None  # `_remember_done`, trimmed after the loop
+            if job.opts.ttl:
+                ttl_timers += 1
+            if job.queue != name:
+                name = job.queue
+                counts = self.queue(name).counts
+            counts[COMPLETED] -= 1
+            finished(job)
+            job.state = ""
+            del live[job_id]
+            if changed is not None:
+                changed.pop(job_id, None)
+                self.deleted.add(job_id)
+        retention.count -= len(jobs)
+        while len(done) > KEEP_DONE_IDS:
+            done.popitem(last=False)
+        if ttl_timers:
+            self._note_stale_timers(ttl_timers)
+
     # -- housekeeping (see housekeeping.py) ----------------------------------------------------
 
     def _timers_left_behind(self, job: Job) -> None:

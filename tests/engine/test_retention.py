@@ -150,19 +150,20 @@ def test_compacting_keeps_the_current_entries_and_counts_none_stale() -> None:
 
 class Forgets:
     """What `expire_retained` needs of EngineState, keeping the tallies as EngineState does:
-    a forgotten job leaves the state (one fewer counted) and leaves its entry stale."""
+    a forgotten job leaves the state (one fewer counted)."""
 
     def __init__(self, retention: Retention) -> None:
         self.wheel = TimerWheel()
         self.retention = retention
         self.forgotten: list[str] = []
 
-    def forget(self, job: Job) -> None:
-        """Drop the job, as EngineState.forget would."""
-        job.state = "unknown"
-        self.retention.count -= 1
-        self.retention.stale += 1
-        self.forgotten.append(job.id)
+    def forget_expired(self, jobs: list[Job], retention: Retention) -> None:
+        """Drop the jobs, as EngineState.forget_expired would."""
+        assert retention is self.retention
+        for job in jobs:
+            job.state = "unknown"
+            retention.count -= 1
+            self.forgotten.append(job.id)
 
 
 def test_expiring_counts_the_stale_entries_it_passes_over() -> None:
