@@ -13,8 +13,10 @@ import trio
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
+from broker.engine import state as state_module
 from broker.engine.model import Job
 from broker.engine.retention import Retention, expire_retained, mark_finished
+from broker.engine.state import EngineState
 from broker.engine.timers import TimerWheel
 from tests.conftest import EPOCH_MS, memory_connector
 from tests.engine.test_push_pull import push, state_of
@@ -22,14 +24,25 @@ from tests.support.client import FrameClient
 
 
 @pytest.fixture
-async def keeping(nursery: trio.Nursery) -> AsyncIterator[FrameClient]:
+async def keeping_app(nursery: trio.Nursery) -> AsyncIterator[App]:
     """A broker keeping 2 completed jobs for 10 s, and 2 failed ones for 20 s."""
     config = Config(port=0, http_port=0, memory=True, keep_completed=2, keep_completed_s=10,
                     keep_failed=2, keep_failed_s=20)  # fmt: skip
     app = App(config, clock=Clock(EPOCH_MS))
     await nursery.start(app.run)
-    yield await memory_connector(app, nursery)()
+    yield app
     app.shutdown()
+
+
+@pytest.fixture
+async def keeping(keeping_app: App, nursery: trio.Nursery) -> FrameClient:
+    """A client of `keeping_app`."""
+    return await memory_connector(keeping_app, nursery)()
+
+
+def engine_state(app: App) -> EngineState:
+    assert app.actor is not None
+    return app.actor.engine.state
 
 
 async def run(client: FrameClient, job_id: str, *, ok: bool = True) -> None:
@@ -129,6 +142,67 @@ async def test_a_dead_letter_age_set_later_counts_from_the_failure(
     assert await state_of(client, job_id) == "failed"
     await trio.sleep(0.001)  # 10 s after it failed, not 10 s after the setting
     assert await state_of(client, job_id) == "unknown"
+
+
+async def test_jobs_pushed_out_of_retention_still_satisfy_dependencies(
+    keeping: FrameClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_module, "KEEP_DONE_IDS", 2)
+    ids = [await push(keeping) for _ in range(5)]
+    assert len((await keeping.call("PULLB", queue="q", count=5))["jobs"]) == 5
+    assert (await keeping.call("ACKB", ids=ids))["ok"] is True
+    assert await states(keeping, *ids) == ["unknown"] * 3 + ["completed"] * 2
+    # The three forgotten ones are remembered as completed, but only the newest two ids.
+    refused = await keeping.call("PUSH", queue="q", data={}, dependsOn=[ids[0]])
+    assert refused["error"] == f"Dependency job not found: {ids[0]}"
+    after = await push(keeping, dependsOn=ids[1:])
+    assert await state_of(keeping, after) == "waiting"
+
+
+async def test_jobs_of_several_queues_pushed_out_together_leave_each_queue_counted(
+    keeping: FrameClient,
+) -> None:
+    first_q, first_r = await push(keeping, "q"), await push(keeping, "r")
+    last_q, last_r = await push(keeping, "q"), await push(keeping, "r")
+    for queue in ("q", "r"):
+        assert len((await keeping.call("PULLB", queue=queue, count=2))["jobs"]) == 2
+    ids = [first_q, first_r, last_q, last_r]
+    assert (await keeping.call("ACKB", ids=ids))["ok"] is True
+    assert await states(keeping, *ids) == ["unknown", "unknown", "completed", "completed"]
+    for queue in ("q", "r"):
+        counts = (await keeping.call("GetJobCounts", queue=queue))["counts"]
+        assert (counts["completed"], sum(counts.values())) == (1, 1)
+
+
+async def test_a_completed_job_forgotten_leaves_its_ttl_timer_counted_stale(
+    keeping_app: App, keeping: FrameClient
+) -> None:
+    # The count decides when the timer wheel is compacted (housekeeping.py).
+    wheel = engine_state(keeping_app).wheel
+    ids = [await push(keeping, ttl=60_000), await push(keeping), await push(keeping)]
+    assert len((await keeping.call("PULLB", queue="q", count=3))["jobs"]) == 3
+    assert (await keeping.call("ACKB", ids=ids[:2]))["ok"] is True  # kept: nothing forgotten
+    before = wheel.stale
+    assert (await keeping.call("ACKB", ids=ids[2:]))["ok"] is True  # the ttl one goes
+    assert await state_of(keeping, ids[0]) == "unknown"
+    assert wheel.stale == before + 1
+    plain = await push(keeping)
+    await run(keeping, plain)  # the job without a ttl goes: no timer of its own left
+    assert await state_of(keeping, ids[1]) == "unknown"
+    assert wheel.stale == before + 1
+
+
+async def test_failed_jobs_pushed_out_leave_no_entry_counted_stale(
+    keeping_app: App, keeping: FrameClient
+) -> None:
+    # Each forgotten job's entry left the retention with it: counting it stale would make
+    # compaction come early, for nothing.
+    ids = [await push(keeping, maxAttempts=1) for _ in range(3)]
+    for job_id in ids:
+        await run(keeping, job_id, ok=False)
+    failed = engine_state(keeping_app).failed
+    assert await states(keeping, *ids) == ["unknown", "failed", "failed"]
+    assert (failed.count, len(failed.entries), failed.stale) == (2, 2, 0)
 
 
 def test_compacting_keeps_the_current_entries_and_counts_none_stale() -> None:
