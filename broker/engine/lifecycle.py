@@ -6,6 +6,7 @@ lease checks leases.py's. Each handler checks first and mutates after, like jobs
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 import msgspec
@@ -263,10 +264,11 @@ class Lifecycle:
         if not self.job_waiters:  # nobody waits (a drain may have finished a million jobs)
             finished.clear()
             return
+        done = self.state.done_ids
         while finished:
             job = finished.pop()
             for session, req_id in self.job_waiters.pop(job.id, ()):
-                session.stage_reply(finished_reply(job), req_id)
+                session.stage_reply(finished_reply(job, done), req_id)
 
     def wait_timed_out(self, target: tuple[str, Any, Any]) -> None:
         """A WaitJob's time is up: answer `completed: false` if it is still waiting."""
@@ -284,9 +286,11 @@ class Lifecycle:
         return {"ok": True}
 
 
-def finished_reply(job: Job) -> Reply:
-    """What WaitJob answers for a finished job."""
-    if job.state == COMPLETED:
+def finished_reply(job: Job, done_ids: Container[str] = ()) -> Reply:
+    """What WaitJob answers for a finished job. One forgotten as it completed (removed on
+    completion, or pushed out of retention in the same pass) is still a completion: its id is
+    among `done_ids`, and its result still on it."""
+    if job.state == COMPLETED or (not job.state and job.id in done_ids):
         result = None if job.result is None else msgspec.Raw(job.result)
         return {"ok": True, "completed": True, "result": result}
     return {"ok": True, "completed": False, "state": job.state or UNKNOWN}

@@ -717,6 +717,7 @@ class EngineState:
         if opts.unique_key is not None or opts.debounce_id is not None:  # most jobs hold no key
             self._free_keys(job)
         if remove:
+            job.result = result  # for a WaitJob answered at the end of the pass (lifecycle.py)
             self.forget(job)
             self._remember_done(job.id)
         else:

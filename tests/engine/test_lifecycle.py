@@ -206,6 +206,26 @@ async def test_wait_job(connect: Connect, autojump_clock) -> None:
 
 
 @pytest.mark.parametrize(
+    ("push_options", "ack"), [({"removeOnComplete": True}, {}), ({}, {"removeOnComplete": True})]
+)
+async def test_wait_job_on_a_job_removed_as_it_completes(
+    connect: Connect, autojump_clock, push_options: dict[str, bool], ack: dict[str, bool]
+) -> None:
+    # Removed on completion (by its push or by its ACK): it did complete, with a result.
+    waiter = await connect()
+    worker = await connect()
+    job_id = await push(worker, **push_options)
+    await waiter.send({"cmd": "WaitJob", "id": job_id, "timeout": 10_000, "reqId": "w"})
+    await trio.sleep(1)
+    await worker.call("PULL", queue="q")
+    await worker.call("ACK", id=job_id, result={"sent": 3}, **ack)
+    with trio.fail_after(1):
+        reply = await waiter.receive_for("w")
+    assert reply == {"ok": True, "completed": True, "result": {"sent": 3}, "reqId": "w"}
+    assert await state_of(worker, job_id) == "unknown"
+
+
+@pytest.mark.parametrize(
     "removal", [{"cmd": "Cancel", "id": "j"}, {"cmd": "Drain", "queue": "q"}]
 )
 async def test_wait_job_on_a_job_that_is_removed(

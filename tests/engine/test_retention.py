@@ -205,6 +205,25 @@ async def test_failed_jobs_pushed_out_leave_no_entry_counted_stale(
     assert (failed.count, len(failed.entries), failed.stale) == (2, 2, 0)
 
 
+async def test_wait_job_hears_of_a_completion_that_retention_forgets_at_once(
+    nursery: trio.Nursery, autojump_clock: object
+) -> None:
+    app = App(Config(port=0, http_port=0, memory=True, keep_completed=0), clock=Clock(EPOCH_MS))
+    await nursery.start(app.run)
+    connect = memory_connector(app, nursery)
+    waiter, worker = await connect(), await connect()
+    job_id = await push(worker)
+    await waiter.send({"cmd": "WaitJob", "id": job_id, "timeout": 10_000, "reqId": "w"})
+    await trio.sleep(1)
+    assert len((await worker.call("PULLB", queue="q", count=1))["jobs"]) == 1
+    assert (await worker.call("ACKB", ids=[job_id], results=["sent"]))["ok"] is True
+    with trio.fail_after(1):
+        reply = await waiter.receive_for("w")
+    assert reply == {"ok": True, "completed": True, "result": "sent", "reqId": "w"}
+    assert await state_of(worker, job_id) == "unknown"
+    app.shutdown()
+
+
 def test_compacting_keeps_the_current_entries_and_counts_none_stale() -> None:
     # `stale` decides when the next compaction comes (housekeeping.py): it must start again
     # from the truth, no entry stale, or a small retention would be compacted for nothing.
