@@ -212,6 +212,25 @@ async def test_retention_caps_are_applied_and_persisted(store_factory: StoreFact
     store.close()
 
 
+async def test_jobs_completed_and_pushed_out_in_one_batch_are_not_stored(
+    store_factory: StoreFactory,
+) -> None:
+    # Completed by the ACKB and forgotten in the same pass: their rows are deleted, not
+    # written as completed (they would come back at the next start).
+    broker = Broker(store_factory, keep_completed=2)
+    async with broker.running() as connect:
+        client = await connect()
+        ids = [await push(client) for _ in range(4)]
+        assert len((await client.call("PULLB", queue="q", count=4))["jobs"]) == 4
+        assert (await client.call("ACKB", ids=ids))["ok"] is True
+    async with broker.running() as connect:
+        client = await connect()
+        assert [await state_of(client, i) for i in ids] == ["unknown"] * 2 + ["completed"] * 2
+    store = broker.open_store()
+    assert sorted(row.id for row in store.load()) == sorted(ids[2:])
+    store.close()
+
+
 async def test_completed_jobs_expire_by_age(store_factory: StoreFactory, autojump_clock) -> None:
     broker = Broker(store_factory, keep_completed_s=60)
     async with broker.running() as connect:

@@ -160,7 +160,7 @@ async def test_jobs_pushed_out_of_retention_still_satisfy_dependencies(
 
 
 async def test_jobs_of_several_queues_pushed_out_together_leave_each_queue_counted(
-    keeping: FrameClient,
+    keeping_app: App, keeping: FrameClient
 ) -> None:
     first_q, first_r = await push(keeping, "q"), await push(keeping, "r")
     last_q, last_r = await push(keeping, "q"), await push(keeping, "r")
@@ -172,6 +172,8 @@ async def test_jobs_of_several_queues_pushed_out_together_leave_each_queue_count
     for queue in ("q", "r"):
         counts = (await keeping.call("GetJobCounts", queue=queue))["counts"]
         assert (counts["completed"], sum(counts.values())) == (1, 1)
+    state = engine_state(keeping_app)  # no store: nothing is kept for one to write
+    assert not state.deleted and not state.changed
 
 
 async def test_a_completed_job_forgotten_leaves_its_ttl_timer_counted_stale(
@@ -179,17 +181,24 @@ async def test_a_completed_job_forgotten_leaves_its_ttl_timer_counted_stale(
 ) -> None:
     # The count decides when the timer wheel is compacted (housekeeping.py).
     wheel = engine_state(keeping_app).wheel
-    ids = [await push(keeping, ttl=60_000), await push(keeping), await push(keeping)]
-    assert len((await keeping.call("PULLB", queue="q", count=3))["jobs"]) == 3
-    assert (await keeping.call("ACKB", ids=ids[:2]))["ok"] is True  # kept: nothing forgotten
+    ids = [*[await push(keeping, ttl=60_000) for _ in range(2)], await push(keeping)]
+    ids += [await push(keeping) for _ in range(3)]
+    assert len((await keeping.call("PULLB", queue="q", count=6))["jobs"]) == 6
+    assert (await keeping.call("ACKB", ids=ids[:3]))["ok"] is True  # the first ttl one goes
     before = wheel.stale
-    assert (await keeping.call("ACKB", ids=ids[2:]))["ok"] is True  # the ttl one goes
-    assert await state_of(keeping, ids[0]) == "unknown"
+    assert (await keeping.call("ACKB", ids=ids[3:5]))["ok"] is True  # the second one, and
+    assert await states(keeping, *ids[:3]) == ["unknown"] * 3  # the one without a ttl
     assert wheel.stale == before + 1
-    plain = await push(keeping)
-    await run(keeping, plain)  # the job without a ttl goes: no timer of its own left
-    assert await state_of(keeping, ids[1]) == "unknown"
+    assert (await keeping.call("ACKB", ids=ids[5:]))["ok"] is True
+    again = [await push(keeping, ttl=60_000) for _ in range(2)]
+    assert len((await keeping.call("PULLB", queue="q", count=2))["jobs"]) == 2
+    assert (await keeping.call("ACKB", ids=again))["ok"] is True  # two plain ones go
     assert wheel.stale == before + 1
+    more = [await push(keeping) for _ in range(2)]
+    assert len((await keeping.call("PULLB", queue="q", count=2))["jobs"]) == 2
+    assert (await keeping.call("ACKB", ids=more))["ok"] is True  # both ttl ones at once
+    assert await states(keeping, *again) == ["unknown", "unknown"]
+    assert wheel.stale == before + 3
 
 
 async def test_failed_jobs_pushed_out_leave_no_entry_counted_stale(
@@ -203,6 +212,10 @@ async def test_failed_jobs_pushed_out_leave_no_entry_counted_stale(
     failed = engine_state(keeping_app).failed
     assert await states(keeping, *ids) == ["unknown", "failed", "failed"]
     assert (failed.count, len(failed.entries), failed.stale) == (2, 2, 0)
+    counts = (await keeping.call("GetJobCounts", queue="q"))["counts"]
+    assert (counts["failed"], sum(counts.values())) == (2, 2)
+    refused = await keeping.call("PUSH", queue="q", data={}, dependsOn=[ids[0]])
+    assert refused["error"] == f"Dependency job not found: {ids[0]}"  # it did not complete
 
 
 async def test_wait_job_hears_of_a_completion_that_retention_forgets_at_once(
@@ -272,6 +285,23 @@ def test_expiring_counts_the_stale_entries_it_passes_over() -> None:
     expire_retained(state, retention, EPOCH_MS)
     assert state.forgotten == ["b"]  # over the count of 1; the stale entry forgets nothing
     assert [job.id for _, _, job in retention.entries] == ["c"]
+    assert retention.stale == 0 and retention.count == 1
+
+
+def test_expiring_uncounts_every_stale_entry_it_drops() -> None:
+    retention = Retention("completed", 1, math.inf)
+    jobs = [Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b", "c", "d")]
+    for job in jobs:
+        job.state = "completed"
+        mark_finished(job)
+        retention.add(job, EPOCH_MS)
+    for retried in jobs[:2]:
+        retried.state = "waiting"
+    retention.count, retention.stale = 2, 2
+    state = Forgets(retention)
+    expire_retained(state, retention, EPOCH_MS)
+    assert state.forgotten == ["c"]
+    assert [job.id for _, _, job in retention.entries] == ["d"]
     assert retention.stale == 0 and retention.count == 1
 
 
