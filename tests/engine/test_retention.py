@@ -237,15 +237,22 @@ async def test_wait_job_hears_of_a_completion_that_retention_forgets_at_once(
     app.shutdown()
 
 
-def test_compacting_keeps_the_current_entries_and_counts_none_stale() -> None:
-    # `stale` decides when the next compaction comes (housekeeping.py): it must start again
-    # from the truth, no entry stale, or a small retention would be compacted for nothing.
-    retention = Retention("completed", math.inf, math.inf)
-    jobs = [Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b", "c")]
+def completed_retention(limit: float, ids: str) -> tuple[Retention, list[Job]]:
+    """A Retention of completed jobs kept up to `limit`, holding one job per letter of `ids`
+    (finished in that order, all at EPOCH_MS)."""
+    retention = Retention("completed", limit, math.inf)
+    jobs = [Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ids]
     for job in jobs:
         job.state = "completed"
         mark_finished(job)
         retention.add(job, EPOCH_MS)
+    return retention, jobs
+
+
+def test_compacting_keeps_the_current_entries_and_counts_none_stale() -> None:
+    # `stale` decides when the next compaction comes (housekeeping.py): it must start again
+    # from the truth, no entry stale, or a small retention would be compacted for nothing.
+    retention, jobs = completed_retention(math.inf, "abc")
     jobs[1].state = "waiting"  # retried: its entry no longer describes it
     retention.stale = 1
     retention.compact()
@@ -273,12 +280,7 @@ class Forgets:
 
 
 def test_expiring_counts_the_stale_entries_it_passes_over() -> None:
-    retention = Retention("completed", 1, math.inf)
-    jobs = [Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b", "c")]
-    for job in jobs:
-        job.state = "completed"
-        mark_finished(job)
-        retention.add(job, EPOCH_MS)
+    retention, jobs = completed_retention(1, "abc")
     jobs[0].state = "waiting"  # retried: its entry is stale, and the job no longer counted
     retention.count, retention.stale = 2, 1
     state = Forgets(retention)
@@ -289,12 +291,7 @@ def test_expiring_counts_the_stale_entries_it_passes_over() -> None:
 
 
 def test_expiring_uncounts_every_stale_entry_it_drops() -> None:
-    retention = Retention("completed", 1, math.inf)
-    jobs = [Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b", "c", "d")]
-    for job in jobs:
-        job.state = "completed"
-        mark_finished(job)
-        retention.add(job, EPOCH_MS)
+    retention, jobs = completed_retention(1, "abcd")
     for retried in jobs[:2]:
         retried.state = "waiting"
     retention.count, retention.stale = 2, 2
@@ -307,12 +304,7 @@ def test_expiring_uncounts_every_stale_entry_it_drops() -> None:
 
 def test_expiring_keeps_counting_the_stale_entries_it_leaves_behind() -> None:
     # `stale` must stay the number of entries that are not current, or compaction comes late.
-    retention = Retention("completed", 1, math.inf)
-    jobs = [Job(i, "q", "n", b"\x01", EPOCH_MS, EPOCH_MS) for i in ("a", "b", "c", "d")]
-    for job in jobs:
-        job.state = "completed"
-        mark_finished(job)
-        retention.add(job, EPOCH_MS)
+    retention, jobs = completed_retention(1, "abcd")
     for retried in (jobs[0], jobs[3]):
         retried.state = "waiting"
     retention.count, retention.stale = 2, 2
