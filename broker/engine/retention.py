@@ -61,12 +61,6 @@ class Retention:
         _, seq, job = entry
         return job.state == self.state and job.retained_seq == seq
 
-    def next_expiry(self) -> float | None:
-        """When the oldest entry reaches the age limit (None when empty or ageless)."""
-        if not self.entries or self.max_age_ms == math.inf:
-            return None
-        return self.entries[0][0] + self.max_age_ms
-
 
 class Forgetting(Protocol):
     """What the retention rules touch of EngineState: the wheel (age timers), and forgetting
@@ -113,8 +107,10 @@ def expire_retained(state: Forgetting, retention: Retention, now: float) -> None
         retention.stale = max(retention.stale - passed_over, 0)
     if expired:
         state.forget_expired(expired, retention)
-    expiry = retention.next_expiry()
+    if not entries or max_age == math.inf:
+        return  # nothing will age out
+    expiry = entries[0][0] + max_age  # when the oldest entry reaches the age limit
     armed = retention.armed_at
-    if expiry is not None and (armed is None or expiry < armed):
+    if armed is None or expiry < armed:
         retention.armed_at = expiry
         state.wheel.schedule(expiry, RETENTION, retention)
