@@ -250,7 +250,11 @@ class Lifecycle:
         return {"ok": True, "progress": job.progress, "message": job.progress_message}
 
     def wait_job(self, session: ReplySink, command: cmd.WaitJob, now: float) -> Reply | None:
-        """WaitJob: answer when the job completes (or fails), or after `timeout` ms."""
+        """WaitJob: answer when the job completes (or fails), or after `timeout` ms. A job
+        that completed and was forgotten since (removed on completion, or by retention) is
+        still known to have completed; its result is not kept."""
+        if command.id in self.state.done_ids:  # (an id pushed again leaves done_ids: state.py)
+            return {"ok": True, "completed": True, "result": None}
         job = self._job(command.id, "Job not found")
         if job.state in (COMPLETED, FAILED):
             return finished_reply(job)

@@ -223,6 +223,20 @@ async def test_wait_job_on_a_job_removed_as_it_completes(
         reply = await waiter.receive_for("w")
     assert reply == {"ok": True, "completed": True, "result": {"sent": 3}, "reqId": "w"}
     assert await state_of(worker, job_id) == "unknown"
+    later = await waiter.call("WaitJob", id=job_id, timeout=1000)  # asked after it went
+    assert (later["completed"], later["result"]) == (True, None)  # (its result is not kept)
+
+
+async def test_wait_job_on_an_id_pushed_again_waits_for_the_new_job(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, jobId="j", removeOnComplete=True)
+    await client.call("PULL", queue="q")
+    await client.call("ACK", id=job_id)
+    await push(client, jobId="j")  # a new job under the id: its completion is still to come
+    start = trio.current_time()
+    reply = await client.call("WaitJob", id="j", timeout=2000)
+    assert reply["completed"] is False and trio.current_time() - start >= 2
 
 
 @pytest.mark.parametrize(
