@@ -88,6 +88,7 @@ class App:
         actor.engine.state.on_complete = metrics.processing.record
         actor.on_pass = metrics.after_pass
         engine = actor.engine
+        metrics.add_reference(engine, actor.clock.now_ms, getattr(actor.store, "path", None))
         engine.prometheus = lambda: metrics.render().decode()  # the Prometheus command
         engine.webhooks.allow_private = config.allow_private_webhooks
         dispatcher = WebhookDispatcher(

@@ -136,6 +136,7 @@ class HttpServer:
         # someone listens, so the engine collects no events for nobody.
         self.events = sse.EventRing()
         self.sse_clients = 0
+        metrics.http_transports = lambda: (self.websockets, self.sse_clients)
         actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0)
         # REST commands pass the same front door as TCP frames (triage: a rejected command or
         # a Ping is answered here). A request authenticates by its Bearer header, and an HTTP
