@@ -107,6 +107,7 @@ class App:
         tcp = self.tcp = TcpServer(actor, config.auth_tokens)
         metrics, dispatcher = self.wire(actor, tcp)
         http = self.http = HttpServer(actor, metrics, config.auth_tokens)
+        http.mcp.handlers.allow_private = config.allow_private_webhooks  # HTTP handlers' targets
         async with trio.open_nursery() as nursery:
             async with trio.open_nursery() as servers:
                 # Start-up order: the HTTP port first, answering /ready with 503 while the
