@@ -21,6 +21,7 @@ from store import StoreError
 from . import __version__, logs
 from .app import open_store, serve_until_signalled
 from .config import DB_FILE, ENV_PREFIX, Config, ConfigError, load, settings
+from .mcp import stdio as mcp_stdio
 
 ALIASES = {"postgres_url": ["--postgres"]}
 """Shorter flags some settings also answer to (the issue's and README's spelling)."""
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
             flags = [*ALIASES.get(field.name, []), flag]
             serve.add_argument(*flags, dest=field.name, default=argparse.SUPPRESS,
                                metavar=field.name.upper(), help=help_text)  # fmt: skip
+    mcp_stdio.add_parser(commands)
     return parser
 
 
@@ -139,6 +141,8 @@ def claim_data_dir(data_dir: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `trioq` console script."""
     args = build_parser().parse_args(argv)
+    if args.command == "mcp":
+        return mcp_stdio.main(args)
     try:
         config = config_from_args(args)
         logs.configure(config.log_level, config.log_format)
