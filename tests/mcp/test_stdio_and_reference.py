@@ -63,7 +63,7 @@ def reference_mcp(broker: tuple[str, int]) -> StdioServerParameters:
 
 @asynccontextmanager
 async def session_on(server: StdioServerParameters) -> AsyncIterator[ClientSession]:
-    with open(os.devnull, "w") as quiet:
+    with open(os.devnull, "w") as quiet:  # noqa: ASYNC230  # opening /dev/null never blocks
         async with (
             stdio_client(server, errlog=quiet) as (read, write),
             ClientSession(read, write) as session,
