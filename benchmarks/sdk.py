@@ -219,8 +219,18 @@ class ClientProcess:
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.errors: deque[str] = deque(maxlen=20)
         assert self.process.stdout is not None and self.process.stderr is not None
-        threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True).start()
-        threading.Thread(target=self._tail, args=(self.process.stderr,), daemon=True).start()
+        self.readers = [
+            threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True),
+            threading.Thread(target=self._tail, args=(self.process.stderr,), daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    def __enter__(self) -> ClientProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _read(self, stream: IO[str]) -> None:
         with contextlib.suppress(ValueError, OSError):
@@ -254,23 +264,33 @@ class ClientProcess:
         self.process.stdin.flush()
 
     def stderr_tail(self) -> str:
-        """``: <last stderr lines>``, or nothing if it printed none."""
-        time.sleep(0.1)  # let the reader thread catch the last lines
+        """``: <last stderr lines>``, or nothing if it printed none (all of them once the
+        client has exited: its stderr reader then runs to the end of the pipe)."""
+        if self.process.poll() is not None:
+            self.readers[1].join(timeout=5)
         return (": " + " | ".join(list(self.errors)[-5:])) if self.errors else ""
 
     def finish(self, timeout: float = 30.0) -> None:
-        """Wait for the client to close and exit; kill it if it does not."""
+        """Wait for the client to close and exit; :class:`SdkError` if it fails to (a failure
+        while closing may be the server's, so the row does not count)."""
         try:
-            self.process.wait(timeout=timeout)
+            code = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            raise SdkError(f"the client did not exit within {timeout:g} s of its report") from None
+        if code != 0:
+            raise SdkError(f"the client failed after its report (code {code}){self.stderr_tail()}")
 
-    def kill(self) -> None:
-        """End the client now (after a failure)."""
+    def close(self) -> None:
+        """End the client if it still runs (after a failure) and close its pipes."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+        for reader in self.readers:
+            reader.join(timeout=5)
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 def parse_report(line: str, jobs: int) -> tuple[int, float]:
@@ -326,8 +346,7 @@ def run_row(
     """Run one row against ``host:port`` on a fresh queue; raise :class:`SdkError` if the client
     fails. With ``profile`` (a file path), py-spy samples the server during the timed part."""
     queue_name = f"sdk-{row.key}-{secrets.token_hex(4)}"
-    client = ClientProcess(client_command(row, host, port, queue_name, jobs))
-    try:
+    with ClientProcess(client_command(row, host, port, queue_name, jobs)) as client:
         if (line := client.next_line(READY_TIMEOUT, "ready")) != "ready":
             raise SdkError(f"the client printed {line!r} instead of ready{client.stderr_tail()}")
         spy = (
@@ -344,8 +363,6 @@ def run_row(
         done, seconds = parse_report(line, jobs)
         client.finish()
         return SdkRun(done, seconds, server_cpu, client_cpu)
-    finally:
-        client.kill()
 
 
 # --- the report ----------------------------------------------------------------------------
