@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import stacks
 from benchmarks.sdk import (
     SDK_ROWS,
     ClientProcess,
@@ -160,3 +161,31 @@ def test_the_command_line_picks_rows_in_the_order_given_and_rejects_unknown_ones
     assert args.modes == ["memory", "postgres"] and args.jobs == 10_000 and args.repeat == 3
     with pytest.raises(SystemExit):
         parse_args(["--rows", "add,nope"])
+
+
+def test_stack_summaries_split_self_and_total_time_and_name_the_callers() -> None:
+    lines = [
+        "main (broker/cli.py:165);run (trio/_core/_run.py:2532);"
+        "Session._send (broker/server/session.py:99);send (broker/server/tcp.py:301) 6",
+        "main (broker/cli.py:165);run (trio/_core/_run.py:2532);"
+        "Session._send (broker/server/session.py:101);send (broker/server/tcp.py:302) 2",
+        "main (broker/cli.py:165);Engine.pull (broker/engine/core.py:40);"
+        "encode (msgspec/__init__.py:1) 2",
+        "not a stack line",
+        "",
+    ]
+    profile = stacks.parse(lines)
+    assert profile.samples == 10
+    assert profile.self_counts.most_common(2) == [
+        ("send (server/tcp.py)", 8),
+        ("encode (msgspec/__init__.py)", 2),
+    ]
+    assert profile.total_counts["main (broker/cli.py)"] == 10  # once per stack, not per frame
+    assert profile.group_counts == {"broker server": 8, "msgspec": 2}
+    text = stacks.report(profile, top=2, callers=1)
+    assert "  80.0%  send (server/tcp.py)" in text
+    assert (
+        "  80.0%  Session._send (server/session.py) < run (_core/_run.py) < main (broker/cli.py)"
+        in text.split("callers of send (server/tcp.py) (self time):")[1]
+    )
+    assert stacks.report(stacks.parse([]), top=5) == "no samples"
