@@ -45,7 +45,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import psutil
 
@@ -104,15 +104,31 @@ class SdkError(Exception):
     """A client failed, timed out or reported a wrong result; the message says which."""
 
 
+class CpuTime(NamedTuple):
+    """CPU seconds in user and in system (kernel) mode."""
+
+    user: float
+    system: float
+
+    @property
+    def total(self) -> float:
+        """User + system seconds."""
+        return self.user + self.system
+
+    def since(self, before: CpuTime) -> CpuTime:
+        """The time used between the reading ``before`` and this one (never negative)."""
+        return CpuTime(max(0.0, self.user - before.user), max(0.0, self.system - before.system))
+
+
 @dataclass(frozen=True)
 class SdkRun:
-    """One timed row: jobs, wall seconds, and the CPU seconds the server and the client used
+    """One timed row: jobs, wall seconds, and the CPU time the server and the client used
     meanwhile (None when the server's process could not be found)."""
 
     jobs: int
     seconds: float
-    server_cpu: float | None
-    client_cpu: float | None = None
+    server_cpu: CpuTime | None
+    client_cpu: CpuTime | None = None
 
     @property
     def rate(self) -> float:
@@ -121,23 +137,24 @@ class SdkRun:
 
     @property
     def server_cpu_per_1000(self) -> float | None:
-        """The server's CPU seconds per 1,000 jobs."""
-        return None if self.server_cpu is None else self.server_cpu / self.jobs * 1000
+        """The server's CPU seconds (user + system) per 1,000 jobs."""
+        return None if self.server_cpu is None else self.server_cpu.total / self.jobs * 1000
 
 
 # --- CPU time from /proc -------------------------------------------------------------------
 
 
-def stat_ticks(stat: str) -> int:
-    """utime + stime + cutime + cstime (clock ticks) of one ``/proc/<pid>/stat`` line.
+def stat_ticks(stat: str) -> tuple[int, int]:
+    """(utime + cutime, stime + cstime), in clock ticks, of one ``/proc/<pid>/stat`` line.
 
     The command name (field 2) is in parentheses and may itself hold spaces and parentheses,
     so the fields are counted from the last ``)``: field 3 (the state) is the first after it,
-    fields 14-17 are the times. cutime/cstime hold the children that exited and were waited
-    for, so a child's time is not lost when it ends between two readings.
+    fields 14-17 are utime, stime, cutime, cstime. cutime/cstime hold the children that exited
+    and were waited for, so a child's time is not lost when it ends between two readings.
     """
     fields = stat[stat.rindex(")") + 2 :].split()
-    return sum(int(value) for value in fields[11:15])
+    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+    return utime + cutime, stime + cstime
 
 
 def descendants(pid: int) -> list[int]:
@@ -148,34 +165,36 @@ def descendants(pid: int) -> list[int]:
         return []
 
 
-def tree_cpu_seconds(
+def tree_cpu(
     pid: int,
     *,
     proc_root: Path = Path("/proc"),
     children: Callable[[int], Iterable[int]] = descendants,
     ticks_per_second: int = CLOCK_TICKS,
-) -> float:
-    """CPU seconds (user + system) used so far by ``pid``, its live descendants and the
-    children they reaped; a process that vanished while being read counts as nothing."""
-    total = 0
+) -> CpuTime:
+    """CPU time used so far by ``pid``, its live descendants and the children they reaped;
+    a process that vanished while being read counts as nothing."""
+    user = system = 0
     for member in [pid, *children(pid)]:
         try:
-            total += stat_ticks((proc_root / str(member) / "stat").read_text())
+            member_user, member_system = stat_ticks((proc_root / str(member) / "stat").read_text())
         except (OSError, ValueError):
             continue
-    return total / ticks_per_second
+        user += member_user
+        system += member_system
+    return CpuTime(user / ticks_per_second, system / ticks_per_second)
 
 
-def cpu_between(pid: int | None, before: float | None) -> float | None:
-    """CPU seconds ``pid``'s tree used since the reading ``before`` (None without a pid)."""
+def cpu_between(pid: int | None, before: CpuTime | None) -> CpuTime | None:
+    """CPU time ``pid``'s tree used since the reading ``before`` (None without a pid)."""
     if pid is None or before is None:
         return None
-    return max(0.0, tree_cpu_seconds(pid) - before)
+    return tree_cpu(pid).since(before)
 
 
-def cpu_now(pid: int | None) -> float | None:
+def cpu_now(pid: int | None) -> CpuTime | None:
     """A reading for :func:`cpu_between` (None without a pid)."""
-    return None if pid is None else tree_cpu_seconds(pid)
+    return None if pid is None else tree_cpu(pid)
 
 
 # --- one row: a client process and its handshake -------------------------------------------
@@ -307,14 +326,21 @@ def parse_report(line: str, jobs: int) -> tuple[int, float]:
 
 class PySpy:
     """``py-spy record`` on a process for the length of a ``with`` block (``--py-spy DIR``):
-    it writes collapsed stacks (``--format raw``) to ``path``, stopped by SIGINT."""
+    it writes collapsed stacks (``--format raw``) to ``path``, stopped by SIGINT.
+
+    Only samples holding the GIL are kept (``--gil``): on a loaded machine a thread that is
+    runnable but waiting for a CPU looks busy to py-spy, and a broker that has just written to
+    a socket (waking its client) often waits so inside the system call, which then seemed to
+    take a third of the time while the kernel's share of its CPU time was a sixth. A system
+    call releases the GIL, so its cost shows in the ``sys`` share of the progress lines instead.
+    """
 
     def __init__(self, pid: int, path: Path, rate: int = 500) -> None:
         """Prepare to sample ``pid`` ``rate`` times a second into ``path``."""
         self.command = [
             str(Path(sys.executable).with_name("py-spy")),
             "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
-            "--output", str(path), "--nonblocking",
+            "--output", str(path), "--nonblocking", "--gil",
         ]  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -424,10 +450,17 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def cpu_text(cpu: CpuTime | None) -> str:
+    """``1.58 (sys 16%)``: seconds, and the kernel's share of them."""
+    if cpu is None:
+        return "-"
+    share = f" (sys {cpu.system / cpu.total:.0%})" if cpu.total > 0 else ""
+    return f"{cpu.total:.2f}{share}"
+
+
 def describe(run: SdkRun) -> str:
     """One log line's worth of a run."""
-    server = "-" if run.server_cpu is None else f"{run.server_cpu:.2f}"
-    client = "-" if run.client_cpu is None else f"{run.client_cpu:.2f}"
+    server, client = cpu_text(run.server_cpu), cpu_text(run.client_cpu)
     return f"{run.rate:>9,.0f} jobs/s  CPU s: server {server}, client {client}"
 
 

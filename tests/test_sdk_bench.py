@@ -13,15 +13,17 @@ from benchmarks import stacks
 from benchmarks.sdk import (
     SDK_ROWS,
     ClientProcess,
+    CpuTime,
     SdkError,
     SdkRun,
     client_command,
     cpu_now,
+    describe,
     parse_args,
     parse_report,
     sdk_table,
     stat_ticks,
-    tree_cpu_seconds,
+    tree_cpu,
 )
 
 
@@ -34,9 +36,9 @@ def stat_line(pid: int, comm: str, utime: int, stime: int, cutime: int, cstime: 
 
 
 def test_stat_ticks_adds_own_and_reaped_children_times_whatever_the_name() -> None:
-    assert stat_ticks(stat_line(7, "python", 120, 30, 5, 1)) == 156
+    assert stat_ticks(stat_line(7, "python", 120, 30, 5, 1)) == (125, 31)  # user, system
     # A command name with spaces and parentheses must not shift the fields.
-    assert stat_ticks(stat_line(8, "bun (x) y) z", 1, 2, 3, 4)) == 10
+    assert stat_ticks(stat_line(8, "bun (x) y) z", 1, 2, 3, 4)) == (4, 6)
 
 
 def fake_proc(root: Path, stats: dict[int, str]) -> None:
@@ -54,34 +56,41 @@ def test_tree_cpu_counts_the_process_and_its_children_in_seconds(tmp_path: Path)
             99: stat_line(99, "stranger", 1000, 1000, 0, 0),
         },
     )
-    seconds = tree_cpu_seconds(
-        10, proc_root=tmp_path, children=lambda pid: [11, 12], ticks_per_second=100
-    )
-    assert seconds == pytest.approx(4.0)  # 350 + 50 ticks; 12 vanished; 99 is not in the tree
+    cpu = tree_cpu(10, proc_root=tmp_path, children=lambda pid: [11, 12], ticks_per_second=100)
+    # 250 + 40 user and 100 + 10 system ticks; 12 vanished; 99 is not in the tree
+    assert cpu == pytest.approx(CpuTime(2.9, 1.1)) and cpu.total == pytest.approx(4.0)
 
 
 def test_a_vanished_server_reads_as_no_time(tmp_path: Path) -> None:
-    assert tree_cpu_seconds(5, proc_root=tmp_path, children=lambda pid: []) == 0.0
+    assert tree_cpu(5, proc_root=tmp_path, children=lambda pid: []) == CpuTime(0.0, 0.0)
 
 
 def test_cpu_readings_of_a_real_process_only_grow() -> None:
     first = cpu_now(os.getpid())
     sum(range(200_000))
     second = cpu_now(os.getpid())
-    assert first is not None and second is not None and second >= first
+    assert first is not None and second is not None
+    assert second.since(first).user >= 0 and second.since(first).system >= 0
     assert cpu_now(None) is None
 
 
+def test_time_since_a_reading_never_goes_negative() -> None:
+    # A child that exited but was not waited for drops out of the tree between readings.
+    assert CpuTime(2.0, 0.5).since(CpuTime(2.5, 0.25)) == CpuTime(0.0, 0.25)
+
+
 def test_a_run_gives_its_rate_and_the_servers_cpu_per_thousand_jobs() -> None:
-    run = SdkRun(jobs=10_000, seconds=0.5, server_cpu=1.5, client_cpu=2.0)
+    run = SdkRun(jobs=10_000, seconds=0.5, server_cpu=CpuTime(1.2, 0.3), client_cpu=None)
     assert run.rate == 20_000
     assert run.server_cpu_per_1000 == pytest.approx(0.15)
+    assert describe(run).split() == ["20,000", "jobs/s", "CPU", "s:", "server", "1.50", "(sys",
+                                     "20%),", "client", "-"]  # fmt: skip
     assert SdkRun(jobs=10, seconds=1.0, server_cpu=None).server_cpu_per_1000 is None
 
 
 def runs(*rates_and_cpu: tuple[float, float]) -> list[SdkRun]:
     """Runs of 1,000 jobs with the given jobs/s and server CPU seconds."""
-    return [SdkRun(1000, 1000 / rate, cpu) for rate, cpu in rates_and_cpu]
+    return [SdkRun(1000, 1000 / rate, CpuTime(cpu, 0.0)) for rate, cpu in rates_and_cpu]
 
 
 def test_the_table_gives_medians_spreads_cpu_and_ratios_per_mode_and_row() -> None:
