@@ -25,9 +25,11 @@ leased: `owner`, `lockTtl`), `sackb:N` (ACKB of N with `results` and the lease `
 AckBatcher sends them) and `jhb:N` (JobHeartbeatB of N leased jobs, which that Worker sends beside
 its pulls). `+events` adds a TCP connection subscribed to the queue's events (`SubscribeEvents`, as
 the Worker subscribes), so the count includes publishing the pass's events and forwarding each as
-an event frame (`Connection._forward_events`): after each pass the forwarder takes its turns
-(one per event) until it has sent them all, inside the measured phase, so the difference from the
-scenario without `+events` is what the events cost. Retention is full throughout (a kept count of
+an event frame (`Connection._forward_events`, one scheduler turn per event). In these scenarios
+each pass is followed by `wait_all_tasks_blocked`, with or without `+events`, so the other tasks
+(the forwarder) run inside the measured phase and the difference is what the events cost; that
+wait adds about 60,000 instructions per pass (compare a batch's fixed cost with `count`, not
+with these). Retention is full throughout (a kept count of
 0), as in a broker that has run for a while: every job completed forgets one. `--wired`
 connects the actor to its metrics and the webhook dispatcher as a served broker does
 (`App.wire`: a histogram per pass, per started and per completed job, the webhook check per
@@ -172,13 +174,11 @@ def workload(
                 self.connection._nursery = nursery
                 self.connection._subscribe(commands.SubscribeEvents(queue="q"))
 
-            async def drain(self) -> None:
-                """Let the forwarder take turns until it has sent every event published so far
-                and waits for the next (one scheduler turn per event, as in a broker)."""
+            def drained(self) -> bool:
+                """Whether the forwarder has sent every event so far and waits for the next."""
                 assert self.connection.events is not None
-                stats = self.connection.events.receive.statistics
-                while stats().current_buffer_used or not stats().tasks_waiting_receive:
-                    await trio.lowlevel.checkpoint()
+                stats = self.connection.events.receive.statistics()
+                return not stats.current_buffer_used and stats.tasks_waiting_receive == 1
 
             def event_frames(self) -> int:
                 """How many event frames the socket took."""
@@ -195,9 +195,9 @@ def workload(
             return msgspec.msgpack.decode(value) if isinstance(value, msgspec.Raw) else value
 
         async def sdk_run(nursery: trio.Nursery, kind: str, size: int, events: bool) -> None:
-            """An SDK-shaped scenario: only the `kind` phase is measured. With `events`, a
-            subscriber is connected before it, and after each pass its forwarder runs until it
-            has sent the pass's events, inside the measurement."""
+            """An SDK-shaped scenario: only the `kind` phase is measured, each pass followed by
+            `wait_all_tasks_blocked`, so the other tasks run inside the measurement: with
+            `events`, a subscriber connected before the phase forwards the pass's events."""
             jobs = jobs_of(scenario, count)
             item = {"name": "bulk-job", "data": {"data": "x" * 100, "i": 0}}
             subscriber: Subscriber | None = None
@@ -211,8 +211,8 @@ def workload(
                     toggle.start()
                 for payload in payloads:
                     await inline(payload)
-                    if subscriber is not None:
-                        await subscriber.drain()
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert subscriber is None or subscriber.drained()
                 if on:
                     toggle.stop()
 
