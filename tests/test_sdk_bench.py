@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import stacks
+from benchmarks import phase_instructions, stacks
 from benchmarks.sdk import (
     SDK_ROWS,
     ClientProcess,
@@ -198,3 +198,16 @@ def test_stack_summaries_split_self_and_total_time_and_name_the_callers() -> Non
         in text.split("callers of send (server/tcp.py) (self time):")[1]
     )
     assert stacks.report(stacks.parse([]), top=5) == "no samples"
+
+
+def test_sdk_shaped_instruction_scenarios_name_their_batch_size_and_events() -> None:
+    assert phase_instructions.sdk_scenario("spullb:20+events") == ("spullb", 20, True)
+    assert phase_instructions.sdk_scenario("pushb:32") == ("pushb", 32, False)
+    assert phase_instructions.sdk_scenario("pullb") is None  # the older scenarios stay as they were
+    for malformed in ("pushb", "pushb:0", "sackb:x", "jhb:40+event"):
+        with pytest.raises(ValueError, match="write"):
+            phase_instructions.sdk_scenario(malformed)
+    # Whole batches only: the count per job divides by the jobs actually sent.
+    assert phase_instructions.jobs_of("pushb:32", 1000) == 1024
+    assert phase_instructions.jobs_of("sackb:20", 1000) == 1000
+    assert phase_instructions.jobs_of("ack", 999) == 999
