@@ -1,5 +1,6 @@
 """The SDK benchmark's own logic: CPU time read from /proc, the client handshake, the report
-table and the command line (no servers, no SDK, no timing)."""
+table and the command line, the py-spy summaries and the names of the SDK-shaped instruction
+scenarios (no servers, no SDK, no timing)."""
 
 from __future__ import annotations
 
