@@ -21,8 +21,8 @@ Each row is one client process (``sdk_client.ts`` under bun, or ``sdk_python``),
 queue. The client connects, says ``ready``, and waits; the harness reads the server's CPU time
 (``/proc/<pid>/stat``: user + system of the server process and its children), tells it to go,
 reads the CPU time again when the client reports, so each row's CPU seconds per 1,000 jobs
-cover exactly its timed part. With ``--compare`` (the default without ``--port``) the servers of
-each mode are started fresh for each round, in an order rotated from round to round (as in
+cover exactly its timed part. Without ``--port`` it compares: the servers of each mode are
+started fresh for each round, in an order rotated from round to round (as in
 ``benchmarks.loadgen --compare``, whose helpers start them), and the report gives medians with the
 lowest and highest run, and the load average before and after.
 """
