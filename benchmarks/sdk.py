@@ -9,7 +9,7 @@ by ``make test`` into ``tests/interop/ts``; the same client for both servers), p
 the official Python SDK (``bunqueue-client``):
 
 * ``add``: a ``Queue`` with ``poolSize: 32``, 32 loops of ``await queue.add()`` in parallel (the
-  SDK's AddBatcher coalesces them into PUSHBs);
+  SDK's AddBatcher coalesces them into PUSHBs of 32, one in flight at a time);
 * ``bulk``: ``addBulk()`` of 100 jobs, awaited one after another;
 * ``process``: those bulk pushes, then a ``Worker`` (``concurrency: 50``, ``batchSize: 20``,
   ``heartbeatInterval: 0``: PULLB, ACKB through its AckBatcher, an event subscription) until
