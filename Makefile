@@ -86,11 +86,15 @@ test: $(TS_INTEROP)/node_modules/.installed postgres-binaries chromium lint
 	$(BIN)/pytest -q
 
 # Concurrent load beside the reference (interleaved runs, medians), the do-nothing Trio server as
-# floor, delayed-job lateness, RSS per million waiting jobs, PUSHF flows. BENCH_ARGS adds options
-# to the first, e.g. make bench BENCH_ARGS="--jobs 5000 --repeat 5".
+# floor, the official SDKs' workloads beside the reference (the TypeScript SDK and bun come from
+# the interop test's npm install), delayed-job lateness, RSS per million waiting jobs, PUSHF flows.
+# BENCH_ARGS adds options to the first, SDK_BENCH_ARGS to the second, e.g.
+# make bench BENCH_ARGS="--jobs 5000 --repeat 5" SDK_BENCH_ARGS="--jobs 20000".
 BENCH_ARGS ?=
-bench: $(BIN)/.installed-test postgres-binaries
+SDK_BENCH_ARGS ?=
+bench: $(BIN)/.installed-test postgres-binaries $(TS_INTEROP)/node_modules/.installed
 	$(BIN)/python -m benchmarks.loadgen --compare --modes memory,sqlite,postgres $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.sdk --modes memory,sqlite,postgres $(SDK_BENCH_ARGS)
 	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite --spread-ms 1000
 	$(BIN)/python -m benchmarks.memory --only waiting --jobs 1000000
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
