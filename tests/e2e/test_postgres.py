@@ -69,6 +69,8 @@ def test_a_second_broker_is_a_standby_that_forwards_to_the_active_one(
         )
         active = http.get(f"http://127.0.0.1:{first_http}/health").json()
         assert (active["role"], active["epoch"]) == ("active", standby["epoch"])
+        dashboard = http.get(f"http://127.0.0.1:{first_http}/dashboard").json()["data"]
+        assert (dashboard["broker"]["role"], dashboard["broker"]["store"]) == ("active", "postgres")
         assert http.get(f"http://127.0.0.1:{first_http}/ready").status_code == 200
     with FrameSocket(second.address) as client:  # the standby's address reaches the active
         pushed = client.call("PUSH", queue="pg", data={"via": "standby"})
