@@ -34,12 +34,12 @@ $(BIN)/.installed-test: pyproject.toml
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $(BIN)/.installed $@
 
-# Extra options go in ARGS: make serve ARGS="--http-port 0 --data-dir /tmp/q"
+# Extra options go in ARGS: make serve ARGS="--port 7000 --data-dir /tmp/q"
 serve: $(BIN)/.installed
 	$(BIN)/trioq serve --host $(HOST) --port $(PORT) $(ARGS)
 
 lint: $(BIN)/.installed-test
-	$(BIN)/ruff check broker protocol store tests benchmarks
+	$(BIN)/ruff check broker protocol store tests benchmarks examples
 	$(BIN)/mypy
 
 # Tools a test needs. Each is installed with apt-get when make runs as root (as CI does) and its
