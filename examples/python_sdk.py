@@ -43,13 +43,17 @@ def main() -> None:
     print(f"pushed {len(jobs)} jobs to {QUEUE}")
 
     finished = threading.Semaphore(0)  # released once per job that completed or failed for good
+    printing = threading.Lock()  # the worker calls back on several threads at once
 
     def completed(job: Job, result: Any) -> None:
-        print(f"ACK  {job.data['to']}: {result}")
+        with printing:
+            print(f"ACK  {job.data['to']}: {result}")
         finished.release()
 
     def failed(job: Job, error: BaseException) -> None:
-        print(f"FAIL {job.data['to']} (attempt {job.attempts + 1} of {job.max_attempts}): {error}")
+        attempt = f"attempt {job.attempts + 1} of {job.max_attempts}"
+        with printing:
+            print(f"FAIL {job.data['to']} ({attempt}): {error}")
         if job.attempts + 1 >= job.max_attempts:
             finished.release()
 
