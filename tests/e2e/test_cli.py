@@ -288,3 +288,14 @@ def test_make_serve_passes_arguments_through(tmp_path: Path) -> None:
     assert result.stdout.splitlines()[-1] == (
         ".venv/bin/trioq serve --host 127.0.0.1 --port 6789 --http-port 0 --data-dir /tmp/q"
     )
+
+
+def test_making_the_venv_says_where_the_trioq_command_is(tmp_path: Path) -> None:
+    checkout, env = make_checkout(tmp_path, {})
+    hint = (
+        'echo "trioq is installed in .venv, not on PATH: run .venv/bin/trioq, or '
+        "'source .venv/bin/activate' to have trioq on PATH in this shell\""
+    )
+    for target in (".venv/bin/.installed", ".venv/bin/.installed-test"):  # serve's, test's
+        commands = make(checkout, env, "-n", target).stdout.splitlines()
+        assert commands[-1] == hint, commands
