@@ -22,24 +22,30 @@ TS_INTEROP := tests/interop/ts
 
 .PHONY: serve test lint bench soak mutation clean postgres-binaries chromium
 
+# Said once, when the venv is made: the command is not on PATH.
+INSTALLED_HINT = @echo "trioq is installed in $(VENV), not on PATH: run $(BIN)/trioq, or \
+'source $(BIN)/activate' to have trioq on PATH in this shell"
+
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .
 	touch $@
+	$(INSTALLED_HINT)
 
 $(BIN)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $(BIN)/.installed $@
+	$(INSTALLED_HINT)
 
-# Extra options go in ARGS: make serve ARGS="--http-port 0 --data-dir /tmp/q"
+# Extra options go in ARGS: make serve ARGS="--port 7000 --data-dir /tmp/q"
 serve: $(BIN)/.installed
 	$(BIN)/trioq serve --host $(HOST) --port $(PORT) $(ARGS)
 
 lint: $(BIN)/.installed-test
-	$(BIN)/ruff check broker protocol store tests benchmarks
+	$(BIN)/ruff check broker protocol store tests benchmarks examples
 	$(BIN)/mypy
 
 # Tools a test needs. Each is installed with apt-get when make runs as root (as CI does) and its

@@ -168,13 +168,15 @@ async def serve_until_signalled(config: Config, store: Store | None) -> None:
             nursery.cancel_scope.cancel()  # stopped: so are the lease keeper and signal wait
 
         listeners = await nursery.start(run_app)
-        for listener in listeners:
-            host, port = listener.socket.getsockname()[:2]
-            print(f"trioq listening on tcp {host}:{port}", flush=True)
-        for listener in app.http_listeners:
-            host, port = listener.socket.getsockname()[:2]
-            print(f"trioq serving http on {host}:{port}", flush=True)
+        # Caught before the address is printed: a SIGTERM sent as soon as a script reads it
+        # stops the broker cleanly (on PostgreSQL: releasing the lease) instead of killing it.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            for listener in listeners:
+                host, port = listener.socket.getsockname()[:2]
+                print(f"trioq listening on tcp {host}:{port}", flush=True)
+            for listener in app.http_listeners:
+                host, port = listener.socket.getsockname()[:2]
+                print(f"trioq serving http on {host}:{port}", flush=True)
             async for signum in signals:
                 log.info("signal %s: shutting down", signum)
                 print("trioq shutting down", flush=True)

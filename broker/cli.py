@@ -8,6 +8,7 @@ with their defaults.
 from __future__ import annotations
 
 import argparse
+import difflib
 import fcntl
 import gc
 import os
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the broker. Each option can also be set in the environment "
         f"({ENV_PREFIX}NAME) or in a TOML file (--config); flags win over both.",
     )
+    serve.set_defaults(parser=serve)  # for errors given with serve's usage (`parse`)
     serve.add_argument(
         "--config", default=os.environ.get(ENV_PREFIX + "CONFIG"), metavar="FILE",
         help=f"TOML file of settings (also {ENV_PREFIX}CONFIG)",
@@ -59,6 +61,31 @@ def build_parser() -> argparse.ArgumentParser:
                                metavar=field.name.upper(), help=help_text)  # fmt: skip
     mcp_stdio.add_parser(commands)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line. An option `serve` does not know is refused with `serve`'s
+    usage and the closest option name (`--prot` -> `--port`), not the top-level usage
+    argparse would print; exits with code 2 as argparse does."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # the subcommand's own parser, where it named itself (serve); else the top level's
+        command: argparse.ArgumentParser = getattr(args, "parser", parser)
+        message = f"unrecognized arguments: {' '.join(unknown)}"
+        hint = _closest_option(command, unknown)
+        command.error(message + (f" (did you mean {hint}?)" if hint else ""))
+    return args
+
+
+def _closest_option(parser: argparse.ArgumentParser, unknown: list[str]) -> str | None:
+    """The option of `parser` closest to the first unknown one given (`--prot=1`: `--prot`)."""
+    known = [flag for action in parser._actions for flag in action.option_strings]
+    for word in unknown:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if close:
+                return close[0]
+    return None
 
 
 def _shown(default: object) -> str:
@@ -140,7 +167,7 @@ def claim_data_dir(data_dir: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `trioq` console script."""
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     if args.command == "mcp":
         return mcp_stdio.main(args)
     try:

@@ -29,7 +29,8 @@ import trio
 import trio_websocket
 
 from protocol import Rejected
-from store import StoreError
+from store import MemoryStore, StoreError
+from store.postgres import PostgresStore
 
 from .. import __version__
 from ..engine.actor import EngineActor
@@ -116,6 +117,13 @@ class BodyBudget:
     def give(self, size: int) -> None:
         """Release bytes taken before."""
         self.used -= size
+
+
+def store_kind(store: object) -> str:
+    """What the dashboard calls a store: memory, sqlite or postgres."""
+    if store is None or isinstance(store, MemoryStore):
+        return "memory"
+    return "postgres" if isinstance(store, PostgresStore) else "sqlite"
 
 
 class HttpServer:
@@ -305,16 +313,20 @@ class HttpServer:
         """DashboardOverview plus what only the HTTP port knows: the broker's health."""
         reply = await self._run({"cmd": "DashboardOverview"})
         data = reply["data"]
+        uptime = self._uptime_s()
+        data["stats"]["uptime"] = uptime  # whole seconds, as everywhere on the HTTP port
         data["broker"] = {
             "version": __version__,
-            "uptime": self._uptime_s(),
-            "store": "memory" if self.actor.store is None else "sqlite",
+            "uptime": uptime,
+            "store": store_kind(self.actor.store),
             "connections": {
                 "tcp": self.metrics.connections(),
                 "websocket": self.websockets,
                 "sse": self.sse_clients,
             },
-            "role": "primary",
+            # One name per role in every mode: a broker of its own (SQLite, memory) is the
+            # active one, as a PostgreSQL broker holding the lease is.
+            "role": self.role_status()["role"] if self.role_status else "active",
         }
         return 200, JSON, reply_json({"ok": True, "data": data})
 
