@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker import __version__
+from broker.app import App
 from broker.cli import build_parser, config_from_args
 from broker.config import Config, ConfigError, load
 from broker.logs import JsonFormatter, KeyValueFormatter
@@ -107,3 +108,12 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         build_parser().parse_args(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"trioq {__version__}"
+
+
+def test_reply_budgets_are_settings_in_mib_and_bounded() -> None:
+    config = config_for(["--max-unsent-mib", "8"], {"TRIOQ_MAX_UNSENT_TOTAL_MIB": "256"})
+    assert (config.max_unsent_mib, config.max_unsent_total_mib) == (8, 256)
+    budgets = App(config).unsent
+    assert (budgets.per_connection, budgets.limit) == (8 << 20, 256 << 20)
+    with pytest.raises(ConfigError, match="max_unsent_mib cannot be '0'"):
+        load(None, {"TRIOQ_MAX_UNSENT_MIB": "0"}, {})

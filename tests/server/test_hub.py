@@ -160,6 +160,37 @@ async def test_a_read_past_the_in_flight_budget_is_handed_back_and_the_cap_holds
     assert sorted(r["job"]["data"] for r in replies) == list(range(MAX_IN_FLIGHT + 9))
 
 
+async def test_a_connection_whose_replies_fill_its_budget_while_parked_is_not_read_by_the_hub(
+    app: App, connect_socket: SocketConnect, opened: list[FrameClient]
+) -> None:
+    ours, theirs = socket.socketpair()
+    # The broker's end takes little into the kernel: an unread reply stays with the broker.
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    assert app.tcp is not None
+    app.tcp.adopt(trio.SocketStream(trio.socket.from_stdlib_socket(theirs)))
+    worker = FrameClient(trio.SocketStream(trio.socket.from_stdlib_socket(ours)))
+    opened.append(worker)
+    producer = await connect_socket()
+    await worker.send(long_poll(0))
+    await trio.testing.wait_all_tasks_blocked()
+    assert parked(app) == 2
+    big = "x" * (3 * 1024 * 1024)  # more than the worker's 1 MiB budget
+    assert (await producer.call("PUSH", queue="q", data=big))["ok"] is True
+    await trio.testing.wait_all_tasks_blocked()  # the parked poll is answered; nobody reads it
+    assert parked(app) == 2
+    handed_back = app.tcp.hub.reads_handed_back
+    await worker.send({"cmd": "Count", "queue": "q", "reqId": "count"})
+    await trio.testing.wait_all_tasks_blocked()
+    # The hub leaves that read to the connection, which reads nothing more until the client
+    # has read its reply.
+    assert app.tcp.hub.reads_handed_back == handed_back + 1
+    assert parked(app) == 1  # the producer only
+    assert (await worker.receive())["job"]["data"] == big
+    assert (await worker.receive())["count"] == 0
+    await trio.testing.wait_all_tasks_blocked()
+    assert parked(app) == 2  # back in the hub
+
+
 async def test_a_client_gone_while_parked_gives_back_the_job_it_pulled(
     app: App, connect_socket: SocketConnect
 ) -> None:
