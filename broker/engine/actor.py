@@ -417,7 +417,12 @@ class EngineActor:
         commands = self._resume_held(now) if self._resumable else 0
         for item in items:
             if isinstance(item, Batch):
-                commands += self._run_batch(item.session, item.commands, now)
+                session, batch = item.session, item.commands
+                if len(batch) == 1 and not (self._held or session.full):
+                    engine.execute(session, batch[0], now)  # the usual batch: `_run_batch`, inline
+                    commands += 1
+                else:
+                    commands += self._run_batch(session, batch, now)
             elif isinstance(item, Disconnect):
                 self._held.pop(item.session, None)
                 engine.disconnect(item.session, now)

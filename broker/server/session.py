@@ -66,20 +66,17 @@ class Session:
         self._waiting = 0
         self._in_writer = 0
         self._detached = 0
+        self._floor = self.unsent.floor
         self._on_room: Callable[[ReplySink], None] | None = None
+        self.full = False
+        """Whether the client has more reply bytes unsent than its budgets allow (unsent.py):
+        the reader and the engine actor then wait for it to read. An attribute, weighed again
+        whenever bytes come or go (`_weigh`), as the actor reads it before every command."""
 
     @property
     def closed(self) -> bool:
         """Whether the connection has ended (replies to it are dropped)."""
         return self._closed
-
-    @property
-    def full(self) -> bool:
-        """Whether the client has more reply bytes unsent than its budget allows (unsent.py):
-        the reader and the engine actor then wait for it to read."""
-        unsent = len(self._staged) + self._detached + self._waiting
-        budgets = self.unsent
-        return unsent > budgets.floor and budgets.holds_back(unsent)
 
     def unsent_bytes(self) -> int:
         """Reply and event bytes the client has not been sent yet: staged, detached for a
@@ -91,6 +88,10 @@ class Session:
         self._on_room = callback
         self._drained()  # it may already be
 
+    def _weigh(self) -> None:
+        """Set `full` from the unsent bytes and the shared total now."""
+        self.full = self.unsent.holds_back(self.unsent_bytes())
+
     def close(self) -> None:
         """The connection ended: drop whatever the engine still stages for it, and every byte
         nobody will take (none of this session's counts in the shared total any more)."""
@@ -101,6 +102,7 @@ class Session:
             self._staged_count = 0
             self._waiting = self._in_writer = 0
             self._ready.clear()
+            self.full = False
 
     # -- called by the engine (inside a batch) -------------------------------------------------
 
@@ -114,9 +116,12 @@ class Session:
         staged = self._staged
         size = len(staged)
         append_frame(staged, reply)
-        self.unsent.total += len(staged) - size
+        unsent = len(staged)
+        self.unsent.total += unsent - size
         self._staged_count += 1
         self._outbox.add(self)
+        if unsent + self._waiting + self._detached > self._floor:  # else it cannot be full
+            self._weigh()
 
     def send_staged(self) -> None:
         """Send staged replies: straight to the socket when it is idle, else via the writer."""
@@ -128,6 +133,8 @@ class Session:
         self.unsent.total -= len(staged)  # `_send` counts again what the socket does not take
         self._send(staged, count)
         staged.clear()
+        if self.full:
+            self._weigh()
         if self._capacity_waiting or self._on_room is not None:
             self._drained()
 
@@ -143,6 +150,7 @@ class Session:
             if staged and not self._closed:  # (closing took its bytes out of the total)
                 self.unsent.total -= len(staged)
                 self._send(staged, count)
+                self._weigh()
                 self._drained()
 
         return release
@@ -166,6 +174,7 @@ class Session:
         rest = len(data) - sent
         self._waiting += rest
         self.unsent.total += rest
+        self._weigh()
         if self._ready_lot:
             self._ready_lot.unpark_all()
 
@@ -242,6 +251,7 @@ class Session:
             self._in_writer = 0
             self._waiting -= written
             self.unsent.total -= written
+            self._weigh()
         # Each lot is checked first: this runs for every reply, and a lot with nobody parked
         # (the usual case) would still cost a call through Trio's KI protection.
         if self._capacity_waiting or self._on_room is not None:
