@@ -15,6 +15,10 @@ one), runs its clients for a bounded time and prints one line of figures, with t
   partial-auth the same against a broker with --auth-token (the clients never authenticate).
   slow         300 clients sending 1 byte a second; how many the broker closed.
   auth-guess   one connection sending wrong tokens as fast as it can; attempts answered.
+  unread-getjobs    1,000 small jobs; 20 TCP connections pipelining `GetJobs` (all
+               1,000 jobs, ~750 kB a reply) and never reading: the broker's RSS, and a fresh
+               client's connect + Ping meanwhile.
+  unread-getjobs-ws the same over 20 WebSockets (binary MessagePack messages).
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ def broker(source: str, *options: str) -> Iterator[tuple[int, psutil.Process]]:
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as data:
         command = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1"]
-        command += ["--port", str(port), "--http-port", "0", "--data-dir", data, *options]
+        store = [] if "--memory" in options else ["--data-dir", data]  # the two exclude each other
+        command += ["--port", str(port), "--http-port", "0", *store, *options]
         process = subprocess.Popen(
             command, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
@@ -230,8 +235,111 @@ async def auth_guess(port: int, seconds: float) -> str:
     return f"wrong tokens answered: {answered} in {seconds:.0f} s ({answered / seconds:.0f}/s)"
 
 
+# -- replies nobody reads: unread-getjobs, unread-getjobs-ws --------------------------------------
+
+UNREAD_CONNECTIONS = 20
+UNREAD_JOBS = 1000
+GET_JOBS = {"cmd": "GetJobs", "queue": "unread", "state": "waiting", "limit": UNREAD_JOBS}
+
+
+async def fill_unread_queue(port: int) -> int:
+    """Push UNREAD_JOBS small jobs (~760 bytes each in a GetJobs reply); returns the size of
+    one GetJobs reply."""
+    stream = await connect(port)
+    jobs = [{"name": "n", "data": {"i": i}} for i in range(UNREAD_JOBS)]
+    await stream.send_all(frame({"cmd": "PUSHB", "queue": "unread", "jobs": jobs}))
+    await read_replies(stream, 1)
+    await stream.send_all(frame(GET_JOBS))
+    header = await stream.receive_some(4)
+    size = int.from_bytes(header[:4], "big")
+    await stream.aclose()
+    return size
+
+
+async def websocket(port: int) -> trio.SocketStream:
+    """A WebSocket on the broker's HTTP port (a raw upgrade: nothing reads it afterwards)."""
+    stream = await connect(port)
+    await stream.send_all(
+        b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += await stream.receive_some(4096)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return stream
+
+
+def websocket_frame(payload: bytes) -> bytes:
+    """One masked binary WebSocket frame (a client must mask; the key 0 leaves it as is)."""
+    size = len(payload)
+    header = bytes([0x82]) + (
+        bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
+    )
+    return header + b"\0\0\0\0" + payload
+
+
+async def unread_replies(port: int, http_port: int | None, seconds: float, process: Any) -> str:
+    """UNREAD_CONNECTIONS clients pipelining GetJobs without reading (WebSockets when
+    `http_port` is given) for `seconds`: the broker's RSS before, at its highest and at the
+    end, and fresh connect + Ping round trips meanwhile (one after another)."""
+    reply_size = await fill_unread_queue(port)
+    before = peak = rss_mib(process)
+    request = _encode(GET_JOBS)
+    data = (frame(GET_JOBS) if http_port is None else websocket_frame(request)) * 100
+    latencies: list[float] = []
+    deadline = trio.current_time() + seconds
+
+    async def hog() -> None:
+        stream = await (connect(port) if http_port is None else websocket(http_port))
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while True:
+                await stream.send_all(data)
+
+    async def probes() -> None:
+        while trio.current_time() < deadline:
+            await trio.sleep(0.25)
+            latencies.append(await trio.to_thread.run_sync(probe, port))
+
+    async with trio.open_nursery() as hogs:
+        for _ in range(UNREAD_CONNECTIONS):
+            hogs.start_soon(hog)
+        async with trio.open_nursery() as watch:
+            watch.start_soon(probes)
+            while trio.current_time() < deadline:
+                peak = max(peak, rss_mib(process))
+                await trio.sleep(0.1)
+        held = rss_mib(process)  # the hogs are still connected
+        hogs.cancel_scope.cancel()
+    return (
+        f"GetJobs reply {reply_size / 1000:.0f} kB; RSS {before:.0f} MiB before the"
+        f" {UNREAD_CONNECTIONS} clients, peak {peak:.0f} MiB (+{peak - before:.0f}), {held:.0f}"
+        f" MiB at the end; fresh connect+Ping ms: median {statistics.median(latencies):.1f},"
+        f" max {max(latencies):.1f} ({len(latencies)} probes in {seconds:.0f} s)"
+    )
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port: int = free.getsockname()[1]
+        return port
+
+
+def run_unread(scenario: str, source: str, seconds: float) -> str:
+    """unread-getjobs over TCP, or over WebSockets (-ws)."""
+    http_port = free_port() if scenario.endswith("-ws") else None
+    # SQLite mode (the default): `broker` always passes a data directory, --memory refuses one.
+    options = () if http_port is None else ("--http-port", str(http_port))
+    with broker(source, *options) as (port, process):
+        return trio.run(unread_replies, port, http_port, seconds, process)
+
+
 def run(scenario: str, source: str, seconds: float) -> str:
     """Run one scenario against a fresh broker; returns its line of figures."""
+    if scenario.startswith("unread-getjobs"):
+        return run_unread(scenario, source, seconds)
     if scenario == "fairness":
         with broker(source) as (port, _process):
             return fairness(port, seconds)

@@ -32,6 +32,7 @@ __all__ = ["App", "StepDown", "keep_lease", "open_store", "serve_until_signalled
 from .metrics import Metrics
 from .server.http import HttpServer
 from .server.tcp import TcpServer
+from .server.unsent import MIB, UnsentBytes
 from .webhooks import WebhookDispatcher
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ class App:
         self.tcp: TcpServer | None = None
         self.http: HttpServer | None = None
         self.http_listeners: list[Any] = []
+        self.unsent = UnsentBytes(config.max_unsent_mib * MIB, config.max_unsent_total_mib * MIB)
+        """Reply bytes clients have not read, against their budgets (TCP and HTTP ports)."""
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, report the TCP listeners, serve until shutdown, then stop cleanly.
@@ -104,9 +107,9 @@ class App:
 
     async def _serve(self, actor: EngineActor, task_status: Any) -> None:
         config = self.config
-        tcp = self.tcp = TcpServer(actor, config.auth_tokens)
+        tcp = self.tcp = TcpServer(actor, config.auth_tokens, self.unsent)
         metrics, dispatcher = self.wire(actor, tcp)
-        http = self.http = HttpServer(actor, metrics, config.auth_tokens)
+        http = self.http = HttpServer(actor, metrics, config.auth_tokens, self.unsent)
         http.mcp.handlers.allow_private = config.allow_private_webhooks  # HTTP handlers' targets
         async with trio.open_nursery() as nursery:
             async with trio.open_nursery() as servers:

@@ -60,6 +60,15 @@ class Config:
     keep_completed_s: float = _setting(7 * 86_400, "seconds a completed job is kept")
     keep_failed_s: float = _setting(7 * 86_400, "seconds a failed job is kept")
     shutdown_grace_s: float = _setting(5.0, "seconds in-flight replies get at shutdown")
+    max_unsent_mib: int = _setting(
+        1, "MiB of replies a client may leave unread before it stops being read", (1, 1 << 20)
+    )
+    max_unsent_total_mib: int = _setting(
+        64,
+        "MiB of unread replies of all clients together; past it, every client with more than "
+        "64 KiB unread stops being read",
+        (1, 1 << 20),
+    )
     allow_private_webhooks: bool = _setting(
         False, "let webhooks target loopback, private and link-local addresses"
     )

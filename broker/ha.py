@@ -124,7 +124,7 @@ class RoleLoop:
             self.store.advertise = advertised_address(config.host, listeners)
         idle = EngineActor(Engine(app.new_state()), self._clock)  # what standby HTTP shows
         metrics = Metrics(idle.engine.state, lambda: 0, self.role_of)
-        http = HttpServer(idle, metrics, config.auth_tokens)
+        http = HttpServer(idle, metrics, config.auth_tokens, app.unsent)
         http.role_status = self.status
         app.http = http
         try:
@@ -202,7 +202,7 @@ class RoleLoop:
         self._changed()  # connections forwarded to the previous active broker close
         log.info("schema %s: took the lease (epoch %s); restoring", store.schema, self.epoch)
         actor = EngineActor(Engine(app.new_state()), self._clock, store)
-        tcp = TcpServer(actor, app.config.auth_tokens)
+        tcp = TcpServer(actor, app.config.auth_tokens, app.unsent)
         try:
             async with trio.open_nursery() as term:
                 term.start_soon(self._keep_lease)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker import __version__
+from broker.app import App
 from broker.cli import build_parser, config_from_args
 from broker.config import Config, ConfigError, load
 from broker.logs import JsonFormatter, KeyValueFormatter
@@ -126,3 +127,12 @@ def test_a_bad_value_says_what_the_setting_takes() -> None:
 def test_log_level_and_format_in_any_case_are_spelled_as_the_table_spells_them() -> None:
     config = load(None, {"TRIOQ_LOG_LEVEL": "debug", "TRIOQ_LOG_FORMAT": "JSON"}, {})
     assert (config.log_level, config.log_format) == ("DEBUG", "json")
+
+
+def test_reply_budgets_are_settings_in_mib_and_bounded() -> None:
+    config = config_for(["--max-unsent-mib", "8"], {"TRIOQ_MAX_UNSENT_TOTAL_MIB": "256"})
+    assert (config.max_unsent_mib, config.max_unsent_total_mib) == (8, 256)
+    budgets = App(config).unsent
+    assert (budgets.per_connection, budgets.limit) == (8 << 20, 256 << 20)
+    with pytest.raises(ConfigError, match="max_unsent_mib cannot be '0'"):
+        load(None, {"TRIOQ_MAX_UNSENT_MIB": "0"}, {})

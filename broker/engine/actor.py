@@ -120,6 +120,10 @@ class EngineActor:
         # trip) is committed on a worker thread while the next pass runs (_serve_pipelined).
         self._threaded = bool(getattr(store, "commit_in_thread", False))
         self._in_flight: InFlightCommit | None = None
+        # Commands of sessions whose clients have not read their replies (`ReplySink.full`),
+        # in arrival order, and the sessions that have room for them again (see _run_batch).
+        self._held: dict[ReplySink, list[Any]] = {}
+        self._resumable: list[ReplySink] = []
 
     async def restore(self) -> None:
         """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
@@ -278,7 +282,8 @@ class EngineActor:
         self._release(in_flight.releases, in_flight.events)
 
     def _wake_if_parked(self) -> None:
-        """A commit returned: an actor asleep on its empty inbox wakes to release its replies."""
+        """A commit returned (or held commands may run): an actor asleep on its empty inbox
+        wakes to release its replies."""
         if self._armed_deadline is not None:
             with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError,
                                      trio.ClosedResourceError):  # fmt: skip
@@ -379,6 +384,8 @@ class EngineActor:
             return
         except trio.WouldBlock:
             pass
+        if self._resumable:  # held commands may run again: a pass runs them
+            return
         if self.engine.state.housekeeping_due():
             await trio.lowlevel.checkpoint()
             with contextlib.suppress(trio.WouldBlock):
@@ -407,14 +414,17 @@ class EngineActor:
         timers = state.wheel.heap
         if state.dirty_queues or state.finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
-        commands = 0
+        commands = self._resume_held(now) if self._resumable else 0
         for item in items:
             if isinstance(item, Batch):
-                session = item.session
-                commands += len(item.commands)
-                for command in item.commands:
-                    engine.execute(session, command, now)
+                session, batch = item.session, item.commands
+                if len(batch) == 1 and not (self._held or session.full):
+                    engine.execute(session, batch[0], now)  # the usual batch: `_run_batch`, inline
+                    commands += 1
+                else:
+                    commands += self._run_batch(session, batch, now)
             elif isinstance(item, Disconnect):
+                self._held.pop(item.session, None)
                 engine.disconnect(item.session, now)
             elif isinstance(item, Delivered):
                 engine.webhooks.record_delivery(item)
@@ -430,6 +440,46 @@ class EngineActor:
             state.housekeep()
         if self.on_pass is not None:
             self.on_pass(commands)
+
+    def _run_batch(self, session: ReplySink, batch: list[Any], now: float) -> int:
+        """Run a session's commands in order; returns how many ran.
+
+        Once the session is `full` (its client has not read enough of its replies) the rest
+        are held back, and so is every later batch of it, in order, until the session says it
+        has room (`_resume`): a client that does not read gets at most one reply past its
+        budget, whatever it sent. The actor itself never waits for a client."""
+        held = self._held
+        if held and session in held:
+            held[session].extend(batch)
+            return 0
+        execute = self.engine.execute
+        ran = 0
+        for command in batch:
+            if session.full:
+                held[session] = batch[ran:]
+                session.notify_room(self._resume)
+                break
+            execute(session, command, now)
+            ran += 1
+        return ran
+
+    def _resume(self, session: ReplySink) -> None:
+        """A session whose commands are held back has room again (called by the session, in
+        any task): the next pass runs them."""
+        if not self._resumable:
+            self._wake_if_parked()
+        self._resumable.append(session)
+
+    def _resume_held(self, now: float) -> int:
+        """Run the held commands of the sessions that have room again (before anything that
+        arrived since); returns how many ran."""
+        sessions, self._resumable = self._resumable, []
+        ran = 0
+        for session in sessions:
+            batch = self._held.pop(session, None)
+            if batch is not None:
+                ran += self._run_batch(session, batch, now)
+        return ran
 
     def _commit(self) -> None:
         """Store the pass's changes in one transaction.

@@ -43,6 +43,7 @@ from .frontdoor import FrontDoor, bearer_authorized, contain_failures
 from .jsonwire import command_from, parse_json, reply_json
 from .routes import Request, build_message, match
 from .slots import call
+from .unsent import UnsentBytes
 from .websocket import ReplayStream, serve_websocket
 
 log = logging.getLogger(__name__)
@@ -129,10 +130,19 @@ def store_kind(store: object) -> str:
 class HttpServer:
     """Serves the HTTP port."""
 
-    def __init__(self, actor: EngineActor, metrics: Metrics, tokens: frozenset[str]) -> None:
+    def __init__(
+        self,
+        actor: EngineActor,
+        metrics: Metrics,
+        tokens: frozenset[str],
+        unsent: UnsentBytes | None = None,
+    ) -> None:
         self.actor = actor
         self.metrics = metrics
         self.tokens = tokens
+        # Reply bytes not yet written, shared with the TCP port: a WebSocket's against its
+        # budget, an answer being written (one per connection) in the total.
+        self.unsent = unsent or UnsentBytes()
         self.ready = False
         # With several brokers on PostgreSQL (ha.py): the role, epoch and active broker for
         # /health; commands are then answered only while ready (active).
@@ -210,7 +220,7 @@ class HttpServer:
             return
         self.websockets += 1
         try:
-            await serve_websocket(ReplayStream(stream, head), self.actor, self.tokens)
+            await serve_websocket(ReplayStream(stream, head), self.actor, self.tokens, self.unsent)
         finally:
             self.websockets -= 1
 
@@ -243,7 +253,10 @@ class HttpServer:
                 answer = await self._answer(request, body)
             finally:
                 self.budget.give(len(body))
-            await send(stream, connection, request, answer, False)
+            # The connection reads its next request only once this answer is written: it
+            # holds one at most, however large, and that counts in the total meanwhile.
+            with self.unsent.holding(len(answer[2])):
+                await send(stream, connection, request, answer, False)
             if connection.our_state is h11.MUST_CLOSE:
                 return
             connection.start_next_cycle()
@@ -424,7 +437,9 @@ class HttpServer:
             head = connection.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
 
             async def write(data: bytes) -> None:
-                await stream.send_all(connection.send(h11.Data(data=data)) or b"")
+                # One event at a time: the client's cursor in the shared ring is its backlog.
+                with self.unsent.holding(len(data)):
+                    await stream.send_all(connection.send(h11.Data(data=data)) or b"")
 
             await stream.send_all(head or b"")
             await write(sse.greeting(f"sse-{self.events.last_id}-{id(stream):x}"))

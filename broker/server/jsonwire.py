@@ -84,8 +84,13 @@ def decode_message(message: str | bytes) -> Any:
 def encode_reply(reply: Any, binary: bool) -> str | bytes:
     """A reply in the form of its request: MessagePack for binary, else JSON text."""
     if binary:
-        return _to_msgpack(reply)
+        return reply_msgpack(reply)
     return reply_json(reply).decode()
+
+
+def reply_msgpack(reply: Any) -> bytes:
+    """A reply as MessagePack (what TCP frames carry)."""
+    return _to_msgpack(reply)
 
 
 def msgpack_key(value: Any) -> bytes:

@@ -2,7 +2,8 @@
 
 The reader decodes every frame a read delivered, asks the front door (frontdoor.py) what to do
 with each: what it answers itself (Hello, Ping, Auth, malformed frames) is sent at once, the rest
-goes to the engine as one batch, at most 50 commands in flight. The writer sends whatever
+goes to the engine as one batch, at most 50 commands in flight, and nothing more is read while
+the client has more reply bytes unread than its budget (unsent.py). The writer sends whatever
 replies are ready in one write. When the connection ends, the engine is told (shielded, so it
 happens even during cancellation) and releases the jobs this connection pulled without a
 lease.
@@ -30,13 +31,12 @@ from .guards import AuthThrottle, PartialFrameBudget
 from .hub import READ_SIZE, ReadHub
 from .session import Session
 from .slots import disconnect
+from .unsent import UnsentBytes
 
 log = logging.getLogger(__name__)
 
 # After the client stops sending, how long its last replies (not long polls) may take.
 FLUSH_GRACE_S = 1
-# A SubscribeEvents client this far behind in reading is disconnected (it resubscribes).
-MAX_UNSENT_EVENT_BYTES = 4 * 1024 * 1024
 # Before Auth (when tokens are configured) a frame may be at most this large.
 UNAUTHENTICATED_FRAME_LIMIT = 64 * 1024
 # A frame must be complete this long after its first byte (or the previous frame) arrived.
@@ -68,7 +68,12 @@ class Connection:
         self.hub = hub if isinstance(stream, trio.SocketStream) else None
         self.peer = peer_address(stream)
         self.door = FrontDoor(tokens, actor.clock.now_ms, throttle=self.guards.auth, peer=self.peer)
-        self.session = Session(actor.outbox, self.door.in_flight, direct_send=direct_sender(stream))
+        self.session = Session(
+            actor.outbox,
+            self.door.in_flight,
+            direct_send=direct_sender(stream),
+            unsent=self.guards.unsent,
+        )
         # Until Auth succeeds only small frames are read: an anonymous client cannot make the
         # broker buffer a large one.
         self.decoder = FrameDecoder(MAX_FRAME_SIZE if not tokens else UNAUTHENTICATED_FRAME_LIMIT)
@@ -113,7 +118,10 @@ class Connection:
         decoder = self.decoder
         hub = self.hub
         fd = self.stream.socket.fileno() if hub is not None else -1  # type: ignore[attr-defined]
+        session = self.session
         while True:
+            if session.full:  # the client has not read enough of its replies: read nothing
+                await session.wait_capacity()
             if decoder.buffered:  # a frame is under way: it must be finished in time
                 chunk = None
                 with trio.move_on_at(self._frame_deadline):
@@ -140,17 +148,20 @@ class Connection:
             and self.door.authenticated
             and not self._partial_held
             and self.door.in_flight.room() > 0
+            and not self.session.full
         )
 
     def take_now(self, chunk: bytes) -> Batch | None:
         """The engine's batch of a chunk the hub read, when it holds whole frames only, all of
-        them engine commands within the in-flight budget (their slots are taken); else None,
-        and nothing changed: the connection's task then handles the chunk as its own read."""
+        them engine commands within the in-flight budget (their slots are taken), and the
+        client has not too many reply bytes unread; else None, and nothing changed: the
+        connection's task then handles the chunk as its own read (and stops reading while
+        either budget is spent)."""
         payloads = self.decoder.whole_frames(chunk)
         if not payloads:
             return None
         budget = self.door.in_flight
-        if budget.count + len(payloads) > budget.limit:
+        if budget.count + len(payloads) > budget.limit or self.session.full:
             return None
         local = self.door.local_commands
         commands = []
@@ -246,11 +257,11 @@ class Connection:
             self.events = None
 
     async def _forward_events(self, subscription: Subscription) -> None:
-        """Send the subscription's events as they come. A subscriber whose buffer filled up
-        is disconnected, so that its client reconnects and subscribes again rather than
-        silently missing events."""
+        """Send the subscription's events as they come. A subscriber whose buffer filled up, or
+        whose connection holds more bytes unread than its budget, is disconnected, so that its
+        client reconnects and subscribes again rather than silently missing events."""
         async for message in subscription.receive:
-            if self.session.unsent_bytes() > MAX_UNSENT_EVENT_BYTES:
+            if self.session.full:
                 subscription.dropped = "client not reading its events"
                 self.actor.bus.unsubscribe(subscription)
                 break
@@ -270,9 +281,10 @@ class Connection:
 class Guards:
     """What all connections of one server share to stay bounded together."""
 
-    def __init__(self) -> None:
+    def __init__(self, unsent: UnsentBytes | None = None) -> None:
         self.partial_frames = PartialFrameBudget()
         self.auth = AuthThrottle()
+        self.unsent = unsent or UnsentBytes()
 
 
 def peer_address(stream: trio.abc.Stream) -> Any:
@@ -334,11 +346,13 @@ def direct_receiver(stream: trio.abc.Stream) -> Callable[[int], Awaitable[bytes]
 class TcpServer:
     """Accepts connections and serves each one in its own task, with a staged shutdown."""
 
-    def __init__(self, actor: EngineActor, tokens: frozenset[str]) -> None:
+    def __init__(
+        self, actor: EngineActor, tokens: frozenset[str], unsent: UnsentBytes | None = None
+    ) -> None:
         self.actor = actor
         self.tokens = tokens
         self.connections: set[Connection] = set()
-        self.guards = Guards()
+        self.guards = Guards(unsent)
         self.hub = ReadHub(actor)
         self._accepting = trio.CancelScope()
         self._handlers: trio.Nursery | None = None

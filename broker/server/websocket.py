@@ -2,16 +2,17 @@
 MessagePack binary messages, plus Subscribe/Unsubscribe to job events.
 
 A reply takes the form of its request (text or binary). Events go out as JSON text:
-`{event: "job:completed", ts, data: {queue, jobId, ...}}`. A subscriber that falls behind is
-told why (`subscription:dropped`) and disconnected. Jobs pulled over a WebSocket without a
-lease go back to waiting when it closes, as over TCP.
+`{event: "job:completed", ts, data: {queue, jobId, ...}}`. Replies and events queue, encoded,
+for one writer; a subscriber that falls behind (SUBSCRIBER_BUFFER events, or more bytes unread
+than the connection's budget) is told why (`subscription:dropped`) and disconnected. Jobs
+pulled over a WebSocket without a lease go back to waiting when it closes, as over TCP.
 
 Every message goes through the front door (frontdoor.py) as a TCP frame does: the same triage,
 the same `Auth` check, the same in-flight budget (at most 50 messages read and not yet answered
-on the wire, whoever answers them; a client that does not read stops being read). Encodings go
-through jsonwire, so no value a client sends or a job holds can make the encoder or decoder
-raise; anything else unexpected ends this connection (the HTTP server logs it), never the
-broker.
+on the wire, whoever answers them) and byte budget (unsent.py) as TCP: a client that does not
+read stops being read. Encodings go through jsonwire, so no value a client sends or a job holds
+can make the encoder or decoder raise; anything else unexpected ends this connection (the HTTP
+server logs it), never the broker.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import trio
 import trio_websocket
 
 from ..engine.actor import Batch, EngineActor
-from ..events import EVENT_TYPES, Subscription
+from ..engine.sink import Reply
+from ..events import DROPPED_SLOW, EVENT_TYPES, SUBSCRIBER_BUFFER, Subscription
 from .frontdoor import FrontDoor, bearer_authorized
 from .jsonwire import (
     INVALID_FORMAT,
@@ -32,8 +34,10 @@ from .jsonwire import (
     encode_reply,
     msgpack_key,
     reply_json,
+    reply_msgpack,
 )
-from .slots import StreamSession, disconnect
+from .slots import Outgoing, StreamSession, disconnect
+from .unsent import UnsentBytes
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,12 @@ def authorized(request: trio_websocket.WebSocketRequest, tokens: frozenset[str])
     return bearer_authorized(request.headers, tokens)
 
 
-async def serve_websocket(stream: trio.abc.Stream, actor: EngineActor, tokens: frozenset[str]):
+async def serve_websocket(
+    stream: trio.abc.Stream,
+    actor: EngineActor,
+    tokens: frozenset[str],
+    unsent: UnsentBytes | None = None,
+) -> None:
     """Serve one WebSocket connection until it closes."""
     async with trio.open_nursery() as nursery:
         request = await trio_websocket.wrap_server_stream(
@@ -83,7 +92,7 @@ async def serve_websocket(stream: trio.abc.Stream, actor: EngineActor, tokens: f
             await request.reject(401, body=b'{"ok":false,"error":"Unauthorized"}')
             return
         socket = await request.accept()
-        await WebSocketClient(socket, actor, tokens).serve()
+        await WebSocketClient(socket, actor, tokens, unsent).serve()
         nursery.cancel_scope.cancel()
 
 
@@ -95,6 +104,7 @@ class WebSocketClient:
         socket: trio_websocket.WebSocketConnection,
         actor: EngineActor,
         tokens: frozenset[str] = frozenset(),
+        unsent: UnsentBytes | None = None,
     ) -> None:
         self.socket = socket
         self.actor = actor
@@ -102,7 +112,7 @@ class WebSocketClient:
         # The upgrade's Bearer header admitted this socket; an Auth command is answered as on
         # TCP. SubscribeEvents goes to the engine, which points to `Subscribe`.
         self.door = FrontDoor(tokens, actor.clock.now_ms, preauthenticated=True, events_local=False)
-        self.session = StreamSession(actor.outbox, self.door.in_flight)
+        self.session = StreamSession(actor.outbox, self.door.in_flight, self._encode, unsent)
         # The reqIds (as MessagePack: any value, hashable) of requests sent as binary.
         self.binary_requests: set[bytes] = set()
         self.subscription: Subscription | None = None
@@ -123,10 +133,11 @@ class WebSocketClient:
 
     async def _read_commands(self, nursery: trio.Nursery) -> None:
         while True:
-            message = await self.socket.get_message()
             # Every message read takes an in-flight slot until its reply is written, whoever
-            # answers it (the slot of one answered here is given back once it is sent).
+            # answers it (the slot of one answered here is given back once it is sent); none
+            # is read while the client has too many bytes unread.
             await self.session.wait_capacity()
+            message = await self.socket.get_message()
             binary = isinstance(message, bytes)
             try:
                 decoded = decode_message(message)
@@ -174,30 +185,45 @@ class WebSocketClient:
             self.subscription = None
 
     async def _write_events(self, subscription: Subscription, scope: trio.CancelScope) -> None:
+        """Queue the subscription's events for the writer. A subscriber that falls behind (its
+        buffer full, SUBSCRIBER_BUFFER events queued, or its connection `full`) is told and
+        disconnected: it reconnects rather than silently missing events."""
+        session = self.session
         with scope:
             async for event in subscription.receive:
-                await self.socket.send_message(reply_json(event).decode())
+                if session.events_queued >= SUBSCRIBER_BUFFER or session.full:
+                    subscription.dropped = DROPPED_SLOW
+                    self.actor.bus.unsubscribe(subscription)
+                    break
+                session.send_event(reply_json(event))
             if subscription.dropped is not None:
+                session.close()  # nothing queued goes out after the notice
                 notice = {"event": "subscription:dropped", "reason": subscription.dropped}
                 await self.socket.send_message(reply_json(notice).decode())
                 await self.socket.aclose(code=1008, reason="subscriber too slow")
 
+    def _encode(self, reply: Reply) -> Outgoing:
+        """A reply as its message, in the form of its request (called as it is staged)."""
+        key = msgpack_key(reply.get("reqId"))
+        binary = key in self.binary_requests
+        self.binary_requests.discard(key)
+        data = reply_msgpack(reply) if binary else reply_json(reply)
+        return Outgoing(data, binary=binary, reply=True)
+
     async def _write_replies(self) -> None:
         session = self.session
         while True:
-            reply = await session.next_reply()
-            key = msgpack_key(reply.get("reqId"))
-            binary = key in self.binary_requests
-            self.binary_requests.discard(key)
-            await self._send(reply, binary)
-            session.written()
+            message = await session.next_reply()
+            data = message.data
+            await self.socket.send_message(data if message.binary else data.decode())
+            session.written(message)
 
     async def _send_local(self, reply: dict[str, Any], binary: bool, req_id: Any = None) -> None:
         """Send a reply made here (not by the engine) and give back its in-flight slot."""
         if req_id is not None:
             reply["reqId"] = req_id
         await self._send(reply, binary)
-        self.session.written()
+        self.session.answered()
 
     async def _send(self, reply: dict[str, Any], binary: bool) -> None:
         await self.socket.send_message(encode_reply(reply, binary))

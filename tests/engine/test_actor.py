@@ -20,6 +20,8 @@ ATTEMPTS = 20  # Trio shuffles who runs first in a round: each attempt has even 
 class RecordingSession:
     """A session that records the replies the engine gives it."""
 
+    full = False  # never holds its commands back (ReplySink.full)
+
     def __init__(self, outbox: set[Any]) -> None:
         self.closed = False
         self.replies: list[dict[str, Any]] = []
@@ -191,6 +193,10 @@ class SealedSink:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def full(self) -> bool:
+        return False
+
     def close(self) -> None:
         """What the transport does itself when its client goes."""
         self._closed = True
@@ -239,3 +245,74 @@ def test_an_engine_without_metrics_observers_settles_jobs() -> None:
     engine.execute(session, command(cmd="ACKB", ids=batch), EPOCH_MS + 5)
     assert session.replies[5] == {"ok": True}
     assert engine.state.jobs[batch[0]].state == "completed"
+
+
+class UnreadSession(RecordingSession):
+    """A session whose client reads nothing until told to: full once it holds `room` replies."""
+
+    def __init__(self, outbox: set[Any], room: int) -> None:
+        super().__init__(outbox)
+        self.room = room
+        self.unread = 0
+        self.on_room: Any = None
+
+    @property  # type: ignore[override]
+    def full(self) -> bool:
+        return self.unread >= self.room
+
+    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
+        self.unread += 1
+        super().stage_reply(reply, req_id)
+
+    def notify_room(self, callback: Any) -> None:
+        self.on_room = callback
+
+    def read_all(self) -> None:
+        """The client reads every reply: the session has room, and says so."""
+        self.unread = 0
+        callback, self.on_room = self.on_room, None
+        if callback is not None:
+            callback(self)
+
+
+def pushes(*names: str) -> list[Any]:
+    return [command(cmd="PUSH", queue="q", data=name) for name in names]
+
+
+async def test_a_full_session_has_its_commands_held_back_in_order_until_it_has_room() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    slow, other = UnreadSession(actor.outbox, room=2), RecordingSession(actor.outbox)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await actor.submit(Batch(slow, pushes("a", "b", "c")))
+        await actor.submit(Batch(slow, pushes("d")))  # behind the held ones
+        await actor.submit(Batch(other, [command(cmd="Count", queue="q")]))
+        await trio.testing.wait_all_tasks_blocked()
+        # Two replies unread: the rest wait, and the actor serves the others meanwhile.
+        assert len(slow.replies) == 2 and slow.on_room is not None
+        assert other.replies == [{"ok": True, "count": 2}]
+        slow.read_all()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(slow.replies) == 4  # "c" ran, and "d" after it
+        slow.read_all()
+        await trio.testing.wait_all_tasks_blocked()
+        actor.inbox.close()
+    ids = [reply["id"] for reply in slow.replies]
+    data = [actor.engine.state.jobs[job_id].data for job_id in ids]
+    assert [msgspec.msgpack.decode(d) for d in data] == ["a", "b", "c", "d"]
+
+
+async def test_the_commands_held_for_a_client_that_leaves_never_run() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    slow, other = UnreadSession(actor.outbox, room=1), RecordingSession(actor.outbox)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await actor.submit(Batch(slow, pushes("a", "b")))
+        slow.closed = True
+        await actor.inbox.send(Disconnect(slow))
+        await trio.testing.wait_all_tasks_blocked()
+        slow.read_all()  # too late: nothing of it is held any more
+        await actor.submit(Batch(other, [command(cmd="Count", queue="q")]))
+        await trio.testing.wait_all_tasks_blocked()
+        actor.inbox.close()
+    assert len(slow.replies) == 1 and other.replies == [{"ok": True, "count": 1}]

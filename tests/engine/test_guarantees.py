@@ -51,6 +51,8 @@ class LoggingSession:
     """A session that writes "reply" into the shared log when its replies are released (the
     moment a real session hands them to its connection's writer)."""
 
+    full = False  # never holds its commands back (ReplySink.full)
+
     def __init__(self, outbox: set[Any], log: list[str]) -> None:
         self.closed = False
         self.staged: list[dict[str, Any]] = []

@@ -28,6 +28,7 @@ class Sink:
     """Replies are not looked at."""
 
     closed = False
+    full = False  # never holds its commands back (ReplySink.full)
 
     def stage_reply(self, reply: Any, req_id: Any) -> None:
         pass

@@ -33,6 +33,8 @@ encode = msgspec.msgpack.Encoder().encode
 class ModelSession:
     """A client connection (a `ReplySink`) that records every reply the engine gives it."""
 
+    full = False  # never holds its commands back (ReplySink.full)
+
     def __init__(self, outbox: Callable[[], set[Any]]) -> None:
         self.closed = False
         self.replies: list[dict[str, Any]] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import msgspec
 import pytest
@@ -18,6 +18,7 @@ import trio.testing
 from broker.app import App
 from broker.config import Config
 from broker.server.frontdoor import MAX_IN_FLIGHT
+from broker.server.tcp import Connection
 from protocol import frame
 from tests.conftest import start_app
 from tests.support.client import FrameClient
@@ -124,6 +125,70 @@ async def test_more_commands_than_the_budget_in_one_write_are_all_answered(
     await client.send(*(push(i) for i in range(count)))
     replies = [await client.receive() for _ in range(count)]
     assert [r["reqId"] for r in replies] == [f"p{i}" for i in range(count)]
+
+
+def busiest(connections: Iterable[Connection]) -> Connection:
+    """The connection with the most commands in flight."""
+    return max(connections, key=lambda connection: connection.door.in_flight.count)
+
+
+def long_poll(number: int) -> dict[str, object]:
+    return {"cmd": "PULL", "queue": "q", "timeout": 50_000, "reqId": f"w{number}"}
+
+
+async def test_a_read_past_the_in_flight_budget_is_handed_back_and_the_cap_holds(
+    app: App, connect_socket: SocketConnect
+) -> None:
+    worker, producer = await connect_socket(), await connect_socket()
+    await worker.send(*(long_poll(i) for i in range(MAX_IN_FLIGHT - 1)))
+    await trio.testing.wait_all_tasks_blocked()
+    assert parked(app) == 2  # the worker waits in the hub with room for one more command
+    assert app.tcp is not None
+    connection = busiest(app.tcp.connections)
+    assert connection.door.in_flight.count == MAX_IN_FLIGHT - 1
+    handed_back = app.tcp.hub.reads_handed_back
+    await worker.send(*(long_poll(i) for i in range(MAX_IN_FLIGHT - 1, MAX_IN_FLIGHT + 9)))
+    await trio.testing.wait_all_tasks_blocked()
+    # Ten commands with room for one: the hub leaves the read to the connection's task, which
+    # reads no further than the cap.
+    assert app.tcp.hub.reads_handed_back == handed_back + 1
+    assert connection.door.in_flight.count == MAX_IN_FLIGHT
+    # Nothing is lost: as jobs come and replies are read, every poll is answered.
+    jobs = [{"name": "n", "data": i} for i in range(MAX_IN_FLIGHT + 9)]
+    assert (await producer.call("PUSHB", queue="q", jobs=jobs))["ok"] is True
+    replies = [await worker.receive() for _ in range(MAX_IN_FLIGHT + 9)]
+    assert sorted(r["job"]["data"] for r in replies) == list(range(MAX_IN_FLIGHT + 9))
+
+
+async def test_a_connection_whose_replies_fill_its_budget_while_parked_is_not_read_by_the_hub(
+    app: App, connect_socket: SocketConnect, opened: list[FrameClient]
+) -> None:
+    ours, theirs = socket.socketpair()
+    # The broker's end takes little into the kernel: an unread reply stays with the broker.
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    assert app.tcp is not None
+    app.tcp.adopt(trio.SocketStream(trio.socket.from_stdlib_socket(theirs)))
+    worker = FrameClient(trio.SocketStream(trio.socket.from_stdlib_socket(ours)))
+    opened.append(worker)
+    producer = await connect_socket()
+    await worker.send(long_poll(0))
+    await trio.testing.wait_all_tasks_blocked()
+    assert parked(app) == 2
+    big = "x" * (3 * 1024 * 1024)  # more than the worker's 1 MiB budget
+    assert (await producer.call("PUSH", queue="q", data=big))["ok"] is True
+    await trio.testing.wait_all_tasks_blocked()  # the parked poll is answered; nobody reads it
+    assert parked(app) == 2
+    handed_back = app.tcp.hub.reads_handed_back
+    await worker.send({"cmd": "Count", "queue": "q", "reqId": "count"})
+    await trio.testing.wait_all_tasks_blocked()
+    # The hub leaves that read to the connection, which reads nothing more until the client
+    # has read its reply.
+    assert app.tcp.hub.reads_handed_back == handed_back + 1
+    assert parked(app) == 1  # the producer only
+    assert (await worker.receive())["job"]["data"] == big
+    assert (await worker.receive())["count"] == 0
+    await trio.testing.wait_all_tasks_blocked()
+    assert parked(app) == 2  # back in the hub
 
 
 async def test_a_client_gone_while_parked_gives_back_the_job_it_pulled(

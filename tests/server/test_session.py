@@ -9,6 +9,7 @@ import trio.testing
 
 from broker.server.frontdoor import InFlight
 from broker.server.session import Session
+from broker.server.unsent import UnsentBytes
 
 
 def full_session(sent: list[bytes]) -> Session:
@@ -60,3 +61,28 @@ async def test_a_drain_ends_when_the_last_reply_is_sent_directly() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert drained.is_set() and len(sent) == 1  # both replies in one send
         nursery.cancel_scope.cancel()
+
+
+def test_replies_detached_for_a_commit_in_flight_stay_weighed_until_released() -> None:
+    unsent = UnsentBytes(per_connection=100_000)
+    session = Session(set(), InFlight(), direct_send=lambda data: 0, unsent=unsent)  # full socket
+    session.stage_reply({"ok": True, "data": "x" * 150_000}, "r1")
+    assert session.full and unsent.total > 150_000
+    release = session.take_staged()  # the pass's commit runs on a thread meanwhile
+    assert session.full and session.unsent_bytes() == unsent.total > 150_000
+    release()  # stored: the socket takes nothing, so the bytes wait for the writer
+    assert session.full and session.unsent_bytes() == unsent.total > 150_000
+    session.close()
+    assert not session.full and unsent.total == 0
+
+
+def test_a_session_closed_with_a_commit_in_flight_leaves_nothing_in_the_total() -> None:
+    unsent = UnsentBytes()
+    session = Session(set(), InFlight(), direct_send=len, unsent=unsent)
+    session.stage_reply({"ok": True, "data": "x" * 1000}, "r1")
+    release = session.take_staged()
+    session.close()
+    release()
+    session.stage_reply({"ok": True}, "r2")  # the engine may still answer a gone client
+    session.send_staged()
+    assert unsent.total == 0 and session.unsent_bytes() == 0
