@@ -39,7 +39,7 @@ serve: $(BIN)/.installed
 	$(BIN)/trioq serve --host $(HOST) --port $(PORT) $(ARGS)
 
 lint: $(BIN)/.installed-test
-	$(BIN)/ruff check broker protocol store tests benchmarks
+	$(BIN)/ruff check broker protocol store tests benchmarks trioq examples
 	$(BIN)/mypy
 
 # Tools a test needs. Each is installed with apt-get when make runs as root (as CI does) and its
