@@ -96,6 +96,7 @@ class EventStream:
         if self._pool is not None:
             self._pool.close()
         self._send.close()
+        self._receive.close()
 
     async def __aenter__(self) -> EventStream:
         await self.start()

@@ -117,7 +117,7 @@ class Worker(Generic[DataT]):
         concurrency: int = 1,
         data_type: Any = Any,
         prefetch: int | None = None,
-        poll_timeout: float = 1.0,
+        poll_timeout: float = 0.5,
         lock_ttl: float = 30.0,
         lock_renew_every: float | None = None,
         shutdown_grace: float = 10.0,

@@ -112,16 +112,17 @@ def test_a_flow_runs_children_first_and_the_parent_reads_their_results(
 
     async def main() -> None:
         async with trioq.connect(broker.url) as client:
+            parts, reports = f"{queue_name}-parts", f"{queue_name}-reports"
             flow = await trioq.FlowProducer(client).add({
-                "name": "report", "queue": f"{queue_name}-reports", "data": {}, "children": [
-                    {"name": "part", "queue": f"{queue_name}-parts", "data": {"n": 1}},
-                    {"name": "part", "queue": f"{queue_name}-parts", "data": {"n": 2}}]})  # fmt: skip
+                "name": "report", "queue": reports, "data": {}, "children": [
+                    {"name": "part", "queue": parts, "data": {"n": 1}},
+                    {"name": "part", "queue": parts, "data": {"n": 2}}]})  # fmt: skip
             assert [c.job.name for c in flow.children] == ["part", "part"]
             parent = await client.get_job(flow.job.id)
             assert parent is not None and parent.state == "waiting-children"
             async with (
-                trioq.Worker(client, f"{queue_name}-parts", part, concurrency=2),
-                trioq.Worker(client, f"{queue_name}-reports", report),
+                trioq.Worker(client, parts, part, concurrency=2),
+                trioq.Worker(client, reports, report),
             ):
                 values = await flow.job.wait(timeout=10)
             child_ids = {child.job.id for child in flow.children}
