@@ -65,8 +65,9 @@ def test_stopping_a_worker_gives_back_the_jobs_in_hand(run: Run, queue_name: str
     run(main)
 
 
-def test_cancelling_a_running_worker_finishes_the_job_in_hand(run: Run, queue_name: str,
-                                                              memory_broker: Broker) -> None:  # fmt: skip
+def test_cancelling_a_running_worker_finishes_the_job_in_hand(
+    run: Run, queue_name: str, memory_broker: Broker
+) -> None:
     async def main() -> None:
         started = anyio.Event()
 
@@ -88,8 +89,9 @@ def test_cancelling_a_running_worker_finishes_the_job_in_hand(run: Run, queue_na
     run(main)
 
 
-def test_sync_handlers_run_in_threads_and_report_progress(run: Run, queue_name: str,
-                                                          memory_broker: Broker) -> None:  # fmt: skip
+def test_sync_handlers_run_in_threads_and_report_progress(
+    run: Run, queue_name: str, memory_broker: Broker
+) -> None:
     threads: set[int] = set()
 
     def handler(job: trioq.SyncJob[Any]) -> int:
@@ -163,26 +165,29 @@ def test_a_broker_restart_under_a_running_worker_loses_no_job(
 ) -> None:
     broker = Broker(data_dir=tmp_path / "data")
     total = 300
-    done: dict[str, int] = {}
-
-    async def handler(job: trioq.Job[Any]) -> int:
-        await anyio.sleep(0.005)
-        done[job.id] = done.get(job.id, 0) + 1
-        return int(job.data)
+    done: set[str] = set()
 
     async def main() -> None:
+        a_third, all_done = anyio.Event(), anyio.Event()
+
+        async def handler(job: trioq.Job[Any]) -> int:
+            await anyio.sleep(0.005)
+            done.add(job.id)
+            if len(done) >= total // 3:
+                a_third.set()
+            if len(done) == total:
+                all_done.set()
+            return int(job.data)
+
         async with trioq.connect(broker.url, backoff=(0.05, 0.2)) as client:
             queue = client.queue(queue_name)
             ids = {job.id for job in await queue.add_bulk([("x", n) for n in range(total)])}
             async with trioq.Worker(client, queue_name, handler, concurrency=20, lock_ttl=5):
-                while len(done) < total // 3:
-                    await anyio.sleep(0.01)
+                await a_third.wait()
                 await anyio.to_thread.run_sync(broker.restart)
-                while not ids <= set(done):
-                    await anyio.sleep(0.05)
-                while (await queue.counts())["completed"] < total:
-                    await anyio.sleep(0.05)
-            counts = await queue.counts()
+                await all_done.wait()
+            assert done == ids
+            counts = await queue.counts()  # the worker sent every result before it stopped
             assert (counts["completed"], counts["active"], counts["waiting"]) == (total, 0, 0)
 
     try:
