@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 
-from ._connection import Connection, Pool, Spawner
+from ._connection import Connection, Deadlines, Pool, Spawner
 from ._errors import ClientClosed
 from ._events import EventStream
 from ._job import Job
@@ -73,6 +73,7 @@ class Client:
         self._pool: Pool | None = None
         self._requester: Requester | None = None
         self._queues: dict[tuple[str, Any], Queue[Any]] = {}
+        self.deadlines = Deadlines()
         self.closed = False
 
     def __repr__(self) -> str:
@@ -83,13 +84,14 @@ class Client:
             raise RuntimeError("a Client is entered once")
         stack = contextlib.AsyncExitStack()
         self._group = await stack.enter_async_context(anyio.create_task_group())
+        self._group.start_soon(self.deadlines.run)
         try:
             self._pool = await self._start_pool(size=self.pool_size, name="client")
         except BaseException:
             self._group.cancel_scope.cancel()
             await stack.aclose()
             raise
-        self._requester = Requester(self._pool, self.timeout)
+        self._requester = Requester(self._pool, self.timeout, self.deadlines)
         self._stack = stack
         return self
 

@@ -71,7 +71,12 @@ class Call:
         self.retries = 0
 
     def finish(self, payload: bytes | None, error: BaseException | None = None) -> None:
-        """Record the outcome and wake whoever waits for it."""
+        """Record the outcome and wake whoever waits for it (only the first outcome counts:
+        a reply after a timeout goes to `on_orphan`, if any)."""
+        if self.payload is not None or self.error is not None:
+            if payload is not None and self.on_orphan is not None:
+                self.on_orphan(payload)
+            return
         self.payload = payload
         self.error = error
         if self.abandoned:
@@ -422,14 +427,65 @@ def _set_nodelay(stream: anyio.abc.ByteStream) -> None:
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-async def wait_call(pool: Pool, call: Call, timeout: float | None) -> bytes:
+class Deadlines:
+    """Times calls out, all of them from one task: a cancel scope per call cost more than the
+    rest of a batched add. Calls with the same timeout expire in the order they were made, so
+    each timeout has a FIFO line, trimmed of answered calls as new ones join it."""
+
+    def __init__(self) -> None:
+        self._lines: dict[float, deque[tuple[float, Call]]] = {}
+        self._wake = anyio.Event()
+        self._next = math.inf
+
+    def watch(self, call: Call, timeout: float | None) -> None:
+        """Fail `call` with Timeout if it has no answer `timeout` seconds from now."""
+        if timeout is None or math.isinf(timeout):
+            return
+        line = self._lines.get(timeout)
+        if line is None:
+            line = self._lines[timeout] = deque()
+        while line and line[0][1].done:
+            line.popleft()
+        deadline = anyio.current_time() + timeout
+        line.append((deadline, call))
+        if deadline < self._next:
+            self._next = deadline
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Expire calls as their deadlines pass (run it in a task for the client's life)."""
+        while True:
+            now = anyio.current_time()
+            upcoming = math.inf
+            for timeout, line in self._lines.items():
+                while line and (line[0][0] <= now or line[0][1].done):
+                    _, call = line.popleft()
+                    if not call.done:
+                        name = call.message.get("cmd")
+                        call.finish(None, Timeout(f"{name}: no answer within {timeout}s"))
+                if line:
+                    upcoming = min(upcoming, line[0][0])
+            self._next = upcoming
+            self._wake = anyio.Event()
+            with anyio.move_on_after(upcoming - now):
+                await self._wake.wait()
+
+
+async def wait_call(
+    pool: Pool, call: Call, timeout: float | None, deadlines: Deadlines | None = None
+) -> bytes:
     """Submit `call` and wait for its reply; raises its error, or Timeout after `timeout`
-    seconds (None: no limit). A caller that gives up leaves the connection in step."""
+    seconds (None: no limit), timed by `deadlines` when given. A caller that gives up leaves
+    the connection in step (the late answer is dropped, or given to `on_orphan`)."""
     call.event = anyio.Event()
     pool.submit(call)
     try:
-        with anyio.fail_after(math.inf if timeout is None else timeout):
+        if deadlines is not None:
+            deadlines.watch(call, timeout)
             await call.event.wait()
+        else:
+            with anyio.fail_after(math.inf if timeout is None else timeout):
+                await call.event.wait()
     except TimeoutError:
         _abandon(pool, call)
         name = call.message.get("cmd")
@@ -438,6 +494,10 @@ async def wait_call(pool: Pool, call: Call, timeout: float | None) -> bytes:
         _abandon(pool, call)
         raise
     if call.error is not None:
+        if isinstance(call.error, Timeout):
+            call.abandoned = True
+            if not call.sent:
+                pool.forget(call)
         raise call.error
     assert call.payload is not None
     return call.payload

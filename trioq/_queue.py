@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar, Unpack
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from protocol.errors import CommandError
@@ -14,7 +15,7 @@ from protocol.values import queue_name
 
 from . import _tracing
 from ._connection import Call
-from ._errors import ServerError, Timeout
+from ._errors import ServerError
 from ._job import Job
 from ._options import JobOptions, wire_options
 from ._requester import Requester
@@ -81,6 +82,7 @@ class AddBatcher:
         self._queue = queue
         self._filling: _Batch | None = None
         self._in_flight = 0
+        self._leader = False  # an add is about to flush the batch being filled
 
     async def add(self, item: dict[str, Any]) -> str:
         """Add one job (a PUSHB item); returns its id."""
@@ -90,14 +92,20 @@ class AddBatcher:
         index = len(batch.items)
         batch.items.append(item)
         batch.results.append(None)
-        if self._in_flight < MAX_BATCHES_IN_FLIGHT or index + 1 >= MAX_BATCH:
+        if index + 1 >= MAX_BATCH:
             self._flush()
+        elif self._in_flight < MAX_BATCHES_IN_FLIGHT and not self._leader:
+            # Let every add that can run now join the batch (one yield), then send it: a
+            # burst of concurrent adds goes out as one PUSHB, a lone add at once.
+            self._leader = True
+            try:
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            finally:
+                self._leader = False
+            if self._in_flight < MAX_BATCHES_IN_FLIGHT:
+                self._flush()
         try:
-            with anyio.fail_after(self._requester.timeout):
-                await batch.event.wait()
-        except TimeoutError:
-            timeout = self._requester.timeout
-            raise Timeout(f"add to {self._queue}: no answer within {timeout}s") from None
+            await batch.event.wait()  # the batch's PUSHB is timed by the client's deadlines
         except BaseException:
             if not batch.sent:  # never sent: the job is not added
                 batch.items[index] = None
@@ -109,10 +117,9 @@ class AddBatcher:
         return result
 
     def _flush(self) -> None:
-        batch = self._filling
+        batch, self._filling = self._filling, None
         if batch is None:
             return
-        self._filling = None
         batch.sent = True
         indexes = [i for i, item in enumerate(batch.items) if item is not None]
         if not indexes:
@@ -128,6 +135,8 @@ class AddBatcher:
             callback=lambda call: self._answered(call, batch, indexes),
         )
         self._requester.pool.submit(call)
+        if self._requester.deadlines is not None:
+            self._requester.deadlines.watch(call, self._requester.timeout)
 
     def _answered(self, call: Call, batch: _Batch, indexes: list[int]) -> None:
         self._in_flight -= 1

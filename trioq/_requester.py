@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._connection import Call, Pool, wait_call
+from ._connection import Call, Deadlines, Pool, wait_call
 from ._errors import ServerError
 from ._wire import JobReply, command, decode_reply, decode_typed
 
@@ -20,9 +20,10 @@ class Requester:
     """What a Job, Queue or Worker calls the broker through: one pool and a default timeout
     (seconds) applied to every call."""
 
-    def __init__(self, pool: Pool, timeout: float) -> None:
+    def __init__(self, pool: Pool, timeout: float, deadlines: Deadlines | None = None) -> None:
         self.pool = pool
         self.timeout = timeout
+        self.deadlines = deadlines
 
     async def raw(
         self,
@@ -34,7 +35,8 @@ class Requester:
     ) -> bytes:
         """Send one command (a dict with `cmd`) and return its reply's bytes."""
         call = Call(message, idempotent=idempotent, on_orphan=on_orphan)
-        return await wait_call(self.pool, call, self.timeout if timeout is _DEFAULT else timeout)
+        limit = self.timeout if timeout is _DEFAULT else timeout
+        return await wait_call(self.pool, call, limit, self.deadlines)
 
     async def ask(
         self,

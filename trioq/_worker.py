@@ -187,7 +187,7 @@ class Worker(Generic[DataT]):
             group.cancel_scope.cancel()
             await stack.aclose()
             raise
-        self._requester = Requester(self._pool, self.client.timeout)
+        self._requester = Requester(self._pool, self.client.timeout, self.client.deadlines)
         self._stack = stack
         spawner.start_soon(self._fetch_loop)
         spawner.start_soon(self._settle_loop)
