@@ -25,6 +25,15 @@ PREFIXES = ("traceparent:", "tracestate:")
 TRACER_NAME = "trioq"
 
 
+def recording() -> bool:
+    """Whether spans would be recorded: an SDK's tracer provider is set (the API alone
+    makes no-op spans, not worth their cost on every job)."""
+    if trace is None:
+        return False
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
 def context_tags() -> list[str] | None:
     """The current trace context as tags, or None when there is no active span."""
     if trace is None or propagate is None:

@@ -148,7 +148,7 @@ class Worker(Generic[DataT]):
         self.failed = 0
         self._ready: deque[Job[DataT]] = deque()
         self._running: dict[str, Job[DataT]] = {}
-        self._handler_scopes: dict[str, anyio.CancelScope] = {}
+        self._slot_scopes: list[anyio.CancelScope] = []
         self._acks: list[tuple[Job[DataT], msgspec.Raw]] = []
         self._settles: list[Call] = []  # FAIL and MoveToWait calls
         self._wake_slots = anyio.Event()
@@ -218,7 +218,7 @@ class Worker(Generic[DataT]):
                 while self._running:
                     self._idle = anyio.Event()
                     await self._idle.wait()
-            for scope in list(self._handler_scopes.values()):
+            for scope in self._slot_scopes:
                 scope.cancel()
             with anyio.move_on_after(self.poll_timeout + self.client.timeout):
                 await self._fetcher_done.wait()
@@ -305,41 +305,54 @@ class Worker(Generic[DataT]):
     # -- running jobs ----------------------------------------------------------------------
 
     async def _slot(self) -> None:
-        while True:
-            while not self._ready:
+        # One cancel scope per slot, not per job (a scope costs more than a trivial job):
+        # cancelling it at a stop cancels the handler running in this slot, if any.
+        scope = anyio.CancelScope()
+        self._slot_scopes.append(scope)
+        with scope:
+            while True:
+                while not self._ready:
+                    if self._stopping:
+                        return
+                    if self._wake_slots.is_set():
+                        self._wake_slots = anyio.Event()
+                    await self._wake_slots.wait()
                 if self._stopping:
                     return
-                self._wake_slots = anyio.Event() if self._wake_slots.is_set() else self._wake_slots
-                await self._wake_slots.wait()
-            if self._stopping:
-                return
-            job = self._ready.popleft()
-            if self.limiter is not None:
-                await self.limiter.acquire()
-            await self._process(job)
+                job = self._ready.popleft()
+                if self.limiter is not None:
+                    try:
+                        await self.limiter.acquire()
+                    except BaseException:
+                        self._return([job])
+                        raise
+                await self._process(job)
 
     async def _process(self, job: Job[DataT]) -> None:
         self._running[job.id] = job
-        scope = self._handler_scopes[job.id] = anyio.CancelScope()
         try:
-            with _tracing.job_span(job.queue, job.id, job.name, job.attempts, job.tags) as span:
-                try:
-                    with scope:
-                        result = await self._call_handler(job)
-                except Exception as exc:
-                    _tracing.record_failure(span, exc)
-                    self._fail(job, exc)
-                    return
-            if scope.cancelled_caught:
-                self._return([job])
+            if _tracing.recording():
+                with _tracing.job_span(job.queue, job.id, job.name, job.attempts, job.tags) as span:
+                    await self._run(job, span)
             else:
-                self._ack(job, result)
+                await self._run(job, None)
         finally:
             del self._running[job.id]
-            del self._handler_scopes[job.id]
             self._wake_fetcher.set()
             if not self._running:
                 self._idle.set()
+
+    async def _run(self, job: Job[DataT], span: Any) -> None:
+        try:
+            result = await self._call_handler(job)
+        except Exception as exc:
+            _tracing.record_failure(span, exc)
+            self._fail(job, exc)
+        except BaseException:  # cancelled: the worker stops and gives the job back
+            self._return([job])
+            raise
+        else:
+            self._ack(job, result)
 
     async def _call_handler(self, job: Job[DataT]) -> Any:
         handler: Any = self.handler
