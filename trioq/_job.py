@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import msgspec
@@ -51,35 +52,31 @@ class Job(Generic[DataT]):
     times and result. Times are Unix epoch seconds (floats), as `time.time()`.
     """
 
-    __slots__ = (
-        "_data",
-        "_raw_data",
-        "_raw_result",
-        "_requester",
-        "_result",
-        "_type",
-        "attempts",
-        "children_ids",
-        "completed_at",
-        "created_at",
-        "custom_id",
-        "depends_on",
-        "failed_reason",
-        "group_id",
-        "id",
-        "max_attempts",
-        "name",
-        "parent_id",
-        "percent",
-        "priority",
-        "progress_message",
-        "queue",
-        "stacktrace",
-        "started_at",
-        "state",
-        "tags",
-        "token",
-    )
+    # What the broker last said, as class-level defaults: a job made by `add()` sets only
+    # its own few attributes (an add is on the hot path).
+    state: str | None = None
+    attempts: int = 0
+    max_attempts: int | None = None
+    priority: float = 0
+    percent: float = 0
+    """Progress, 0..100 (`progress()` reports it)."""
+    progress_message: str | None = None
+    created_at: float | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+    failed_reason: str | None = None
+    stacktrace: list[str] | None = None
+    tags: Sequence[str] = ()
+    parent_id: str | None = None
+    children_ids: Sequence[str] = ()
+    depends_on: Sequence[str] = ()
+    group_id: str | None = None
+    custom_id: str | None = None
+    token: str | None = None
+    """The lease token, on a job a worker holds."""
+    _raw_data: bytes | msgspec.Raw | None = None
+    _raw_result: bytes | msgspec.Raw | None = None
+    _result: Any = _UNSET
 
     def __init__(
         self,
@@ -96,28 +93,7 @@ class Job(Generic[DataT]):
         self.queue = queue
         self.name = name
         self._data = data
-        self._raw_data: bytes | msgspec.Raw | None = None
-        self._raw_result: bytes | msgspec.Raw | None = None
-        self._result: Any = _UNSET
         self._type = data_type
-        self.state: str | None = None
-        self.attempts = 0
-        self.max_attempts: int | None = None
-        self.priority: float = 0
-        self.percent: float = 0
-        self.progress_message: str | None = None
-        self.created_at: float | None = None
-        self.started_at: float | None = None
-        self.completed_at: float | None = None
-        self.failed_reason: str | None = None
-        self.stacktrace: list[str] | None = None
-        self.tags: list[str] = []
-        self.parent_id: str | None = None
-        self.children_ids: list[str] = []
-        self.depends_on: list[str] = []
-        self.group_id: str | None = None
-        self.custom_id: str | None = None
-        self.token: str | None = None
 
     @classmethod
     def from_wire(
@@ -211,9 +187,9 @@ class Job(Generic[DataT]):
         latest = await self._requester.get_job(self.id, self._type)
         if latest is None:
             return None
-        for name in Job.__slots__:
+        for name, value in vars(latest).items():
             if name not in ("_requester", "token"):
-                setattr(self, name, getattr(latest, name))
+                setattr(self, name, value)
         return self
 
     async def get_state(self) -> str:

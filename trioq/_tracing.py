@@ -9,7 +9,7 @@ user's own. Without the package (or without an active span) nothing is added.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 try:  # optional dependency
@@ -54,7 +54,7 @@ def with_context(tags: list[str] | None) -> list[str] | None:
     return [*(tags or ()), *extra]
 
 
-def carrier_of(tags: list[str]) -> dict[str, str]:
+def carrier_of(tags: Sequence[str]) -> dict[str, str]:
     """The trace context carried by a job's tags."""
     carrier: dict[str, str] = {}
     for tag in tags:
@@ -65,7 +65,9 @@ def carrier_of(tags: list[str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def job_span(queue: str, job_id: str, name: str, attempts: int, tags: list[str]) -> Iterator[Any]:
+def job_span(
+    queue: str, job_id: str, name: str, attempts: int, tags: Sequence[str]
+) -> Iterator[Any]:
     """A CONSUMER span around one job's handler, child of the context the job carries."""
     if trace is None or propagate is None or otel_context is None:
         yield None
