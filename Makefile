@@ -87,13 +87,15 @@ test: $(TS_INTEROP)/node_modules/.installed postgres-binaries chromium lint
 
 # Concurrent load beside the reference (interleaved runs, medians), the do-nothing Trio server as
 # floor, delayed-job lateness, RSS per million waiting jobs, PUSHF flows. BENCH_ARGS adds options
-# to the first, e.g. make bench BENCH_ARGS="--jobs 5000 --repeat 5".
+# to the first, e.g. make bench BENCH_ARGS="--jobs 5000 --repeat 5". Last, the Python client
+# beside the official Python and TypeScript SDKs (benchmarks/clients.py).
 BENCH_ARGS ?=
-bench: $(BIN)/.installed-test postgres-binaries
+bench: $(BIN)/.installed-test postgres-binaries $(TS_INTEROP)/node_modules/.installed
 	$(BIN)/python -m benchmarks.loadgen --compare --modes memory,sqlite,postgres $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite --spread-ms 1000
 	$(BIN)/python -m benchmarks.memory --only waiting --jobs 1000000
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
+	$(BIN)/python -m benchmarks.clients
 
 # Mutation testing (slow, not part of `make test`): mutmut mutates protocol/, store/ and
 # broker/engine/ (the config is [tool.mutmut] in pyproject.toml), runs the in-process tests against
