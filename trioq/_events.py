@@ -10,8 +10,8 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._connection import Call, Connection, Pool
-from ._errors import ClientClosed
-from ._wire import command, decode_value
+from ._errors import ClientClosed, ServerError, Timeout
+from ._wire import command, decode_reply, decode_value
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -65,6 +65,7 @@ class EventStream:
         self._receive: MemoryObjectReceiveStream[Event] = receive
         self._pool: Pool | None = None
         self.subscribed = anyio.Event()
+        self._refused: BaseException | None = None
 
     async def start(self) -> None:
         """Open the connection and subscribe (waits until the broker confirmed)."""
@@ -73,12 +74,20 @@ class EventStream:
         self._pool = await self._client._start_pool(
             size=1, on_ready=self._subscribe, on_event=self._on_event, name="events"
         )
-        await self.subscribed.wait()
+        with anyio.move_on_after(self._client.timeout):
+            await self.subscribed.wait()
+        if self._refused is not None or not self.subscribed.is_set():
+            await self.aclose()
+            raise self._refused or Timeout(f"SubscribeEvents {self.queue}: no answer")
 
     def _subscribe(self, connection: Connection) -> None:
         def confirmed(call: Call) -> None:
-            if call.error is None:
-                self.subscribed.set()
+            if call.error is None and call.payload is not None:
+                try:
+                    decode_reply(call.payload, SUBSCRIBE_EVENTS)
+                except ServerError as exc:  # a broker without TCP events
+                    self._refused = exc
+            self.subscribed.set()
 
         connection.submit(Call({"cmd": SUBSCRIBE_EVENTS, "queue": self.queue}, callback=confirmed))
 

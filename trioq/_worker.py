@@ -281,7 +281,7 @@ class Worker(Generic[DataT]):
                 on_orphan=self._return_orphans,
             )
             reply = decode_typed(payload, PulledJobs, PULLB)
-        except (TrioqError, OSError) as exc:
+        except Exception as exc:  # a failed pull must not end the worker: log, wait, retry
             if isinstance(exc, ClientClosed) or self._stopping:
                 return []
             log.warning("worker %s: pull failed: %s", self.queue, exc)
@@ -408,7 +408,10 @@ class Worker(Generic[DataT]):
                     continue
                 acks, self._acks = self._acks, []
                 settles, self._settles = self._settles, []
-                await self._settle(acks, settles)
+                try:
+                    await self._settle(acks, settles)
+                except Exception:  # never lose the settler: the leases expire and retry
+                    log.exception("worker %s: sending results failed", self.queue)
         finally:
             self._settler_done.set()
 
