@@ -8,9 +8,11 @@ These tests are plain `def` functions that call `anyio.run` themselves, once per
 
 from __future__ import annotations
 
+import functools
 import select
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -98,19 +100,35 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def run_async(backend: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """Run `fn(*args)` under `backend` in a thread of its own (the main thread may hold an
+    event loop of an earlier test's: Playwright's sync API keeps one running for the session),
+    failing it after TEST_LIMIT_S seconds."""
+
+    async def limited() -> Any:
+        with anyio.fail_after(TEST_LIMIT_S):
+            return await fn(*args)
+
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = anyio.run(limited, backend=backend)
+        except BaseException as exc:  # handed to the test's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"client-test-{backend}")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 @pytest.fixture
 def run(backend: str) -> Run:
-    """`run(fn, *args)`: run the async function under the test's backend, failing it after
-    TEST_LIMIT_S seconds."""
-
-    def run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-        async def limited() -> Any:
-            with anyio.fail_after(TEST_LIMIT_S):
-                return await fn(*args)
-
-        return anyio.run(limited, backend=backend)
-
-    return run
+    """`run(fn, *args)`: run the async function under the test's backend (run_async)."""
+    return functools.partial(run_async, backend)
 
 
 @pytest.fixture

@@ -8,11 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import anyio
-
 import trioq
 
-from .conftest import Broker
+from .conftest import Broker, run_async
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +47,7 @@ def test_the_worker_command_works_a_queue_and_stops_on_sigterm(
             assert (counts["active"], counts["waiting"], counts["completed"]) == (0, 0, 6)
 
     try:
-        anyio.run(main, backend="trio")
+        run_async("trio", main)
         assert process.wait(timeout=20) == 0
         assert process.stderr is not None
         assert "stopped (6 done, 0 failed)" in process.stderr.read()

@@ -10,13 +10,12 @@ import subprocess
 import threading
 from typing import Any
 
-import anyio
 from bunqueue import Worker as SdkWorker
 
 import trioq
 from tests.interop.test_typescript_sdk import BUN, HERE
 
-from .conftest import Broker
+from .conftest import Broker, run_async
 
 JOBS = 5
 
@@ -49,7 +48,7 @@ def test_jobs_added_by_the_typescript_sdk_are_worked_by_a_trioq_worker(
             jobs = [await client.get_job(job_id) for job_id in ids]
             return [await job.wait(timeout=10) for job in jobs if job is not None]
 
-    results = anyio.run(main, backend="trio")
+    results = run_async("trio", main)
     assert results == [{"doubled": n * 2, "name": "from-ts"} for n in range(JOBS)]
 
 
@@ -61,7 +60,7 @@ def test_jobs_added_by_trioq_are_worked_by_the_typescript_sdk(memory_broker: Bro
                                                              for n in range(JOBS)])  # fmt: skip
             return [job.id for job in jobs]
 
-    ids = anyio.run(add, backend="asyncio")
+    ids = run_async("asyncio", add)
     seen = run_ts("consume", memory_broker, queue_name)["seen"]
     assert sorted(item["data"]["n"] for item in seen) == list(range(JOBS))
     assert {item["name"] for item in seen} == {"from-trioq"}
@@ -70,7 +69,7 @@ def test_jobs_added_by_trioq_are_worked_by_the_typescript_sdk(memory_broker: Bro
         async with trioq.connect(memory_broker.url) as client:
             return [(await client.get_job(job_id)).result for job_id in ids]  # type: ignore[union-attr]
 
-    assert anyio.run(results, backend="asyncio") == [
+    assert run_async("asyncio", results) == [
         {"doubled": n * 2, "name": "from-trioq"} for n in range(JOBS)
     ]
 
