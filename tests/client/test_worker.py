@@ -25,6 +25,14 @@ def test_a_cancelled_call_leaves_the_connection_in_step(run: Run, queue_name: st
             assert scope.cancelled_caught
             with pytest.raises(trioq.Timeout):
                 await job.wait(timeout=0.2)
+            # Adds cancelled in flight: each either went out whole or not at all.
+            with anyio.move_on_after(0.002):
+                async with anyio.create_task_group() as group:
+                    for n in range(100):
+                        group.start_soon(queue.add, "cancelled", {"n": n})
+            added = [j.data["n"] for j in await queue.get_jobs("waiting", limit=1000)
+                     if j.name == "cancelled"]  # fmt: skip
+            assert len(added) == len(set(added)) and set(added) <= set(range(100))
             # Every later call on the same connection gets its own answer, also while the
             # abandoned WaitJob's answer arrives (when the worker completes the job).
             async with trioq.Worker(client, queue_name, lambda job: job.data["n"] + 1):
