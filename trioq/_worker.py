@@ -31,7 +31,7 @@ import anyio.abc
 import msgspec
 
 from . import _tracing
-from ._connection import Call, Pool, ShieldedGroup, wait_call
+from ._connection import Call, Connection, Pool, ShieldedGroup, wait_call
 from ._errors import ClientClosed, ServerError, TrioqError, Unrecoverable
 from ._job import Job
 from ._queue import checked_queue_name
@@ -61,6 +61,9 @@ FAIL = command("FAIL")
 MOVE_TO_WAIT = command("MoveToWait")
 EXTEND_LOCKS = command("ExtendLocks")
 REGISTER_WORKER = command("RegisterWorker")
+HEARTBEAT = command("Heartbeat")
+UNREGISTER_WORKER = command("UnregisterWorker")
+HEARTBEAT_EVERY_S = 10.0  # the broker calls a worker stale after 30 s without one
 
 Handler = Callable[[Job[DataT]], Awaitable[Any]] | Callable[[SyncJob[DataT]], Any]
 MAX_STACK_LINES = 50
@@ -182,6 +185,7 @@ class Worker(Generic[DataT]):
                 size=1,
                 group=spawner,
                 name=f"worker {self.queue}",
+                on_ready=self._register,
             )
         except BaseException:
             group.cancel_scope.cancel()
@@ -192,6 +196,7 @@ class Worker(Generic[DataT]):
         spawner.start_soon(self._fetch_loop)
         spawner.start_soon(self._settle_loop)
         spawner.start_soon(self._renew_loop)
+        spawner.start_soon(self._heartbeat_loop)
         for _ in range(self.concurrency):
             spawner.start_soon(self._slot)
         return self
@@ -234,6 +239,9 @@ class Worker(Generic[DataT]):
             for scope in self._scopes:
                 scope.cancel()
             assert self._pool is not None
+            with contextlib.suppress(TrioqError, OSError):  # leaving the list is a courtesy
+                unregister = Call({"cmd": UNREGISTER_WORKER, "workerId": self.id})
+                await wait_call(self._pool, unregister, min(1.0, self.client.timeout))
             self._pool.close()
         await stack.aclose()  # the worker's tasks end by themselves now
 
@@ -480,6 +488,28 @@ class Worker(Generic[DataT]):
             await self._answer(call, self.client.timeout)
 
     # -- leases ----------------------------------------------------------------------------
+
+    # -- presence --------------------------------------------------------------------------
+
+    def _register(self, connection: Connection) -> None:
+        """Announce the worker on each (new) connection: the broker lists it (the dashboard's
+        workers) until the connection closes."""
+        connection.submit(Call({
+            "cmd": REGISTER_WORKER, "name": self.name, "workerId": self.id,
+            "queues": [self.queue], "concurrency": self.concurrency,
+            "hostname": socket.gethostname(), "pid": os.getpid(),
+        }))  # fmt: skip
+
+    async def _heartbeat_loop(self) -> None:
+        scope = anyio.CancelScope()
+        self._scopes.append(scope)
+        with scope:
+            while True:
+                await anyio.sleep(HEARTBEAT_EVERY_S)
+                assert self._pool is not None
+                message = {"cmd": HEARTBEAT, "id": self.id, "activeJobs": len(self._running),
+                           "processed": self.processed, "failed": self.failed}  # fmt: skip
+                self._pool.submit(Call(message))  # its answer is not needed
 
     async def _renew_loop(self) -> None:
         scope = anyio.CancelScope()

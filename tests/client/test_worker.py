@@ -111,8 +111,13 @@ def test_sync_handlers_run_in_threads_and_report_progress(
     async def main() -> None:
         async with trioq.connect(memory_broker.url) as client:
             job = await client.queue(queue_name).add("x", 21)
-            async with trioq.Worker(client, queue_name, handler):
+            async with trioq.Worker(client, queue_name, handler, name="resizer") as worker:
                 assert await job.wait(timeout=10) == 42
+                listed = [w for w in await client.list_workers() if w["id"] == worker.id]
+                assert [(w["name"], w["queues"], w["status"]) for w in listed] == [
+                    ("resizer", [queue_name], "active")
+                ]
+            assert worker.id not in [w["id"] for w in await client.list_workers()]
             assert [line["message"] for line in await job.logs()] == ["working on it"]
 
     run(main)
