@@ -249,7 +249,10 @@ def test_auth_token(run: Run, queue_name: str) -> None:
 def test_the_sync_facade(backend: str, queue_name: str, memory_broker: Broker) -> None:
     with trioq.sync.connect(memory_broker.url, backend=backend) as client:
         queue = client.queue(queue_name)
-        job = queue.add("welcome", {"to": "ada"})
+        with client.events(queue_name) as events:
+            job = queue.add("welcome", {"to": "ada"})
+            event = next(events)
+            assert (event.type, event.job_id) == ("pushed", job.id)
         assert queue.counts()["waiting"] == 1
         same = client.get_job(job.id)
         assert same is not None and same.data == {"to": "ada"}
