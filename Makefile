@@ -22,19 +22,25 @@ TS_INTEROP := tests/interop/ts
 
 .PHONY: serve test lint bench soak mutation clean postgres-binaries chromium
 
+# Said once, when the venv is made: the command is not on PATH.
+INSTALLED_HINT = @echo "trioq is installed in $(VENV), not on PATH: run $(BIN)/trioq, or \
+'source $(BIN)/activate' to have trioq on PATH in this shell"
+
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .
 	touch $@
+	$(INSTALLED_HINT)
 
 $(BIN)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $(BIN)/.installed $@
+	$(INSTALLED_HINT)
 
-# Extra options go in ARGS: make serve ARGS="--http-port 0 --data-dir /tmp/q"
+# Extra options go in ARGS: make serve ARGS="--port 7000 --data-dir /tmp/q"
 serve: $(BIN)/.installed
 	$(BIN)/trioq serve --host $(HOST) --port $(PORT) $(ARGS)
 
@@ -86,12 +92,16 @@ test: $(TS_INTEROP)/node_modules/.installed postgres-binaries chromium lint
 	$(BIN)/pytest -q
 
 # Concurrent load beside the reference (interleaved runs, medians), the do-nothing Trio server as
-# floor, delayed-job lateness, RSS per million waiting jobs, PUSHF flows. BENCH_ARGS adds options
-# to the first, e.g. make bench BENCH_ARGS="--jobs 5000 --repeat 5". Last, the Python client
-# beside the official Python and TypeScript SDKs (benchmarks/clients.py).
+# floor, the official SDKs' workloads beside the reference (the TypeScript SDK and bun come from
+# the interop test's npm install), delayed-job lateness, RSS per million waiting jobs, PUSHF flows.
+# BENCH_ARGS adds options to the first, SDK_BENCH_ARGS to the second, e.g.
+# make bench BENCH_ARGS="--jobs 5000 --repeat 5" SDK_BENCH_ARGS="--jobs 20000". Last, the trioq
+# Python client beside the official Python and TypeScript SDKs (benchmarks/clients.py).
 BENCH_ARGS ?=
+SDK_BENCH_ARGS ?=
 bench: $(BIN)/.installed-test postgres-binaries $(TS_INTEROP)/node_modules/.installed
 	$(BIN)/python -m benchmarks.loadgen --compare --modes memory,sqlite,postgres $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.sdk --modes memory,sqlite,postgres $(SDK_BENCH_ARGS)
 	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite --spread-ms 1000
 	$(BIN)/python -m benchmarks.memory --only waiting --jobs 1000000
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite

@@ -21,6 +21,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Protocol
 
 from .loadgen import ROWS, LoadError, Row, RunResult, capacity, log, ms, percentile, run_row
 from .servers import (
@@ -120,12 +121,21 @@ def run_rows(
         server.stop()
 
 
-def median_rate(results: list[RunResult]) -> float | None:
+class Rated(Protocol):
+    """A timed run: anything with a jobs/s ``rate`` (loadgen's runs, the SDK harness's)."""
+
+    @property
+    def rate(self) -> float:
+        """Jobs per second."""
+        ...
+
+
+def median_rate(results: Sequence[Rated]) -> float | None:
     """The median rate of the runs, None without runs."""
     return statistics.median(r.rate for r in results) if results else None
 
 
-def rate_cell(results: list[RunResult]) -> str:
+def rate_cell(results: Sequence[Rated]) -> str:
     """``median (lowest-highest)`` jobs/s."""
     if not results:
         return "-"

@@ -88,6 +88,7 @@ class App:
         actor.engine.state.on_complete = metrics.processing.record
         actor.on_pass = metrics.after_pass
         engine = actor.engine
+        metrics.add_reference(engine, actor.clock.now_ms, getattr(actor.store, "path", None))
         engine.prometheus = lambda: metrics.render().decode()  # the Prometheus command
         engine.webhooks.allow_private = config.allow_private_webhooks
         dispatcher = WebhookDispatcher(
@@ -106,6 +107,7 @@ class App:
         tcp = self.tcp = TcpServer(actor, config.auth_tokens)
         metrics, dispatcher = self.wire(actor, tcp)
         http = self.http = HttpServer(actor, metrics, config.auth_tokens)
+        http.mcp.handlers.allow_private = config.allow_private_webhooks  # HTTP handlers' targets
         async with trio.open_nursery() as nursery:
             async with trio.open_nursery() as servers:
                 # Start-up order: the HTTP port first, answering /ready with 503 while the
@@ -166,13 +168,15 @@ async def serve_until_signalled(config: Config, store: Store | None) -> None:
             nursery.cancel_scope.cancel()  # stopped: so are the lease keeper and signal wait
 
         listeners = await nursery.start(run_app)
-        for listener in listeners:
-            host, port = listener.socket.getsockname()[:2]
-            print(f"trioq listening on tcp {host}:{port}", flush=True)
-        for listener in app.http_listeners:
-            host, port = listener.socket.getsockname()[:2]
-            print(f"trioq serving http on {host}:{port}", flush=True)
+        # Caught before the address is printed: a SIGTERM sent as soon as a script reads it
+        # stops the broker cleanly (on PostgreSQL: releasing the lease) instead of killing it.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            for listener in listeners:
+                host, port = listener.socket.getsockname()[:2]
+                print(f"trioq listening on tcp {host}:{port}", flush=True)
+            for listener in app.http_listeners:
+                host, port = listener.socket.getsockname()[:2]
+                print(f"trioq serving http on {host}:{port}", flush=True)
             async for signum in signals:
                 log.info("signal %s: shutting down", signum)
                 print("trioq shutting down", flush=True)

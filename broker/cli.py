@@ -9,6 +9,7 @@ with their defaults.
 from __future__ import annotations
 
 import argparse
+import difflib
 import fcntl
 import gc
 import os
@@ -22,6 +23,7 @@ from store import StoreError
 from . import __version__, logs
 from .app import open_store, serve_until_signalled
 from .config import DB_FILE, ENV_PREFIX, Config, ConfigError, load, settings
+from .mcp import stdio as mcp_stdio
 
 ALIASES = {"postgres_url": ["--postgres"]}
 """Shorter flags some settings also answer to (the issue's and README's spelling)."""
@@ -38,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the broker. Each option can also be set in the environment "
         f"({ENV_PREFIX}NAME) or in a TOML file (--config); flags win over both.",
     )
+    serve.set_defaults(parser=serve)  # for errors given with serve's usage (`parse`)
     serve.add_argument(
         "--config", default=os.environ.get(ENV_PREFIX + "CONFIG"), metavar="FILE",
         help=f"TOML file of settings (also {ENV_PREFIX}CONFIG)",
@@ -60,7 +63,33 @@ def build_parser() -> argparse.ArgumentParser:
             flags = [*ALIASES.get(field.name, []), flag]
             serve.add_argument(*flags, dest=field.name, default=argparse.SUPPRESS,
                                metavar=field.name.upper(), help=help_text)  # fmt: skip
+    mcp_stdio.add_parser(commands)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line. An option `serve` does not know is refused with `serve`'s
+    usage and the closest option name (`--prot` -> `--port`), not the top-level usage
+    argparse would print; exits with code 2 as argparse does."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # the subcommand's own parser, where it named itself (serve); else the top level's
+        command: argparse.ArgumentParser = getattr(args, "parser", parser)
+        message = f"unrecognized arguments: {' '.join(unknown)}"
+        hint = _closest_option(command, unknown)
+        command.error(message + (f" (did you mean {hint}?)" if hint else ""))
+    return args
+
+
+def _closest_option(parser: argparse.ArgumentParser, unknown: list[str]) -> str | None:
+    """The option of `parser` closest to the first unknown one given (`--prot=1`: `--prot`)."""
+    known = [flag for action in parser._actions for flag in action.option_strings]
+    for word in unknown:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if close:
+                return close[0]
+    return None
 
 
 def _shown(default: object) -> str:
@@ -147,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         from trioq.cli import main as worker_main
 
         return worker_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
+    if args.command == "mcp":
+        return mcp_stdio.main(args)
     try:
         config = config_from_args(args)
         logs.configure(config.log_level, config.log_format)

@@ -21,9 +21,17 @@ ENV_PREFIX = "TRIOQ_"
 PORT_RANGE = (0, 65_535)
 
 
-def _setting(default: Any, help: str, bounds: tuple[int, int] | None = None) -> Any:
-    """A setting's field; `bounds` (low, high) limits a number, both ends included."""
-    return attrs.field(default=default, metadata={"help": help, "bounds": bounds})
+def _setting(
+    default: Any,
+    help: str,
+    bounds: tuple[int, int] | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> Any:
+    """A setting's field; `bounds` (low, high) limits a number, both ends included;
+    `choices` lists the words a text setting may be (in any case)."""
+    return attrs.field(
+        default=default, metadata={"help": help, "bounds": bounds, "choices": choices}
+    )
 
 
 @attrs.frozen
@@ -56,8 +64,12 @@ class Config:
         False, "let webhooks target loopback, private and link-local addresses"
     )
     webhook_retry_s: float = _setting(1.0, "pause before a webhook's first retry (grows)")
-    log_level: str = _setting("INFO", "DEBUG, INFO, WARNING or ERROR")
-    log_format: str = _setting("text", "text, json or kv (key=value)")
+    log_level: str = _setting(
+        "INFO", "DEBUG, INFO, WARNING or ERROR", choices=("DEBUG", "INFO", "WARNING", "ERROR")
+    )
+    log_format: str = _setting(
+        "text", "text, json or kv (key=value)", choices=("text", "json", "kv")
+    )
 
     @property
     def db_path(self) -> str:
@@ -75,7 +87,8 @@ def settings() -> list[attrs.Attribute]:  # type: ignore[type-arg]
 
 
 def convert(field: attrs.Attribute, value: Any, source: str) -> Any:  # type: ignore[type-arg]
-    """Turn a value from TOML, the environment or the command line into the field's type."""
+    """Turn a value from TOML, the environment or the command line into the field's type;
+    a value that cannot be used is a ConfigError saying what the setting takes."""
     kind = type(field.default)
     try:
         if kind is bool:
@@ -88,16 +101,32 @@ def convert(field: attrs.Attribute, value: Any, source: str) -> Any:  # type: ig
         if kind is frozenset:
             items = value.split(",") if isinstance(value, str) else list(value)
             return frozenset(str(item).strip() for item in items if str(item).strip())
-        number = kind(value)  # type: ignore[misc]  # str, int or float
+        converted = kind(value)  # type: ignore[misc]  # str, int or float
     except (TypeError, ValueError):
-        raise ConfigError(f"{source}: {field.name} cannot be {value!r}") from None
-    bounds = field.metadata.get("bounds")
-    if bounds is not None and not bounds[0] <= number <= bounds[1]:
+        raise ConfigError(f"{source}: {field.name} cannot be {value!r} ({_takes(field)})") from None
+    bounds, choices = field.metadata.get("bounds"), field.metadata.get("choices")
+    if choices is not None:  # in any case, given as the table spells it
+        spelled = {choice.lower(): choice for choice in choices}.get(converted.lower())
+        if spelled is None:
+            raise ConfigError(f"{source}: {field.name} cannot be {value!r} ({_takes(field)})")
+        return spelled
+    if bounds is not None and not bounds[0] <= converted <= bounds[1]:
         # Out of range is refused, never wrapped: the kernel would take port 99999 as 34463.
-        raise ConfigError(
-            f"{source}: {field.name} cannot be {value!r} (it must be {bounds[0]} to {bounds[1]})"
-        )
-    return number
+        raise ConfigError(f"{source}: {field.name} cannot be {value!r} ({_takes(field)})")
+    return converted
+
+
+def _takes(field: attrs.Attribute) -> str:  # type: ignore[type-arg]
+    """What a setting takes, as the end of an error line: `it must be ...`."""
+    bounds, choices = field.metadata.get("bounds"), field.metadata.get("choices")
+    if choices is not None:
+        return f"it must be {', '.join(choices[:-1])} or {choices[-1]}"
+    if bounds is not None:
+        return f"it must be a whole number from {bounds[0]} to {bounds[1]}"
+    kind = type(field.default)
+    if kind is bool:
+        return "it must be true or false"
+    return "it must be a whole number" if kind is int else "it must be a number"
 
 
 def load(file: str | None, environ: Mapping[str, str], flags: Mapping[str, Any]) -> Config:

@@ -70,7 +70,7 @@ async def keep_lease(store: PostgresStore) -> None:
                 raise StepDown(f"no lease renewal for {store.lease_ttl_s:g} s: {exc}") from None
             continue
         if failing:
-            log.warning("lease renewed again")
+            log.info("lease renewed again")
             failing = False
         renewed_at = sent_at
 
@@ -182,7 +182,7 @@ class RoleLoop:
 
     def _end_outage(self) -> None:
         if self._outage:
-            log.warning("standby: the database is reachable again")
+            log.info("standby: the database is reachable again")
             self._outage = False
 
     def _observe(self, lease: Lease) -> None:
@@ -200,7 +200,7 @@ class RoleLoop:
         store, app = self.store, self.app
         self.epoch, self.active_address = store.epoch, None
         self._changed()  # connections forwarded to the previous active broker close
-        log.warning("schema %s: took the lease (epoch %s); restoring", store.schema, self.epoch)
+        log.info("schema %s: took the lease (epoch %s); restoring", store.schema, self.epoch)
         actor = EngineActor(Engine(app.new_state()), self._clock, store)
         tcp = TcpServer(actor, app.config.auth_tokens)
         try:
@@ -237,8 +237,8 @@ class RoleLoop:
                 self._changed()  # connections waiting in standby are served here now
                 http.ready = True
                 app.actor, app.tcp = actor, tcp
-                log.warning("active: serving (epoch %s), restored in %.2f s (%d jobs)",
-                            self.epoch, self.restore_s, len(actor.engine.state.jobs))  # fmt: skip
+                log.info("active: serving (epoch %s), restored in %.2f s (%d jobs)",
+                         self.epoch, self.restore_s, len(actor.engine.state.jobs))  # fmt: skip
                 self._started()
                 await app.stopped.wait()
                 http.ready = False

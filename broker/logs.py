@@ -1,4 +1,14 @@
-"""Structured logs: plain text, JSON lines, or key=value lines, at a chosen level."""
+"""Structured logs: plain text, JSON lines, or key=value lines, at a chosen level.
+
+Levels, for every log call in broker/ and store/:
+- INFO: what is normal, including the end of a trouble (start-up steps, taking the lease and
+  serving, a signal, a database reachable again, a client closed for misbehaving, a webhook
+  delivery that will be retried).
+- WARNING: what an operator must act on or look at (the database unreachable, commits withheld,
+  stepping down to standby, a lease not released, a checkpoint that failed, accept failing,
+  stored settings dropped, a webhook target refused).
+- ERROR: a bug, with its traceback (it closed one connection or dropped one timer).
+"""
 
 from __future__ import annotations
 

@@ -11,9 +11,11 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from .metrics_reference import ReferenceCollector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 3600)
@@ -147,6 +149,8 @@ class Metrics:
         self, state: Any, connections: Callable[[], int], role: Callable[[], str] | None = None
     ) -> None:
         self.connections = connections  # open TCP connections, for /dashboard too
+        # Open WebSocket and SSE connections; the HTTP port sets it (bunqueue_connections).
+        self.http_transports: Callable[[], tuple[int, int]] = lambda: (0, 0)
         self.registry = CollectorRegistry()
         self.registry.register(EngineCollector(state, connections))
         if role is not None:  # several brokers on PostgreSQL: which one is active
@@ -166,6 +170,16 @@ class Metrics:
         self.registry.register(HistogramCollector(self.histograms))
         # The three backlogs, unpacked by `after_pass` on every pass without attribute chains.
         self._backlogs = tuple(histogram.backlog for histogram in self.histograms)
+
+    def add_reference(self, engine: Any, now_ms: Callable[[], float], db_path: str | None) -> None:
+        """Serve the reference's names too (metrics_reference.py), read from `engine`, with
+        the standard `process_*` collector; `db_path` is the SQLite file, if any."""
+        self.registry.register(ReferenceCollector(engine, now_ms, self._transports, db_path))
+        self.registry.register(ProcessCollector(registry=None))
+
+    def _transports(self) -> dict[str, int]:
+        websocket, sse = self.http_transports()
+        return {"tcp": self.connections(), "websocket": websocket, "sse": sse}
 
     def after_pass(self, commands: int) -> None:
         """The actor ran a pass of `commands` commands: record it, and count the values

@@ -23,14 +23,14 @@ from collections.abc import Collection, Iterator
 from typing import Any, NamedTuple
 
 import psycopg
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from .base import JobRow, LeaseLost, Record, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
+SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")  # and not pg_..., which PostgreSQL reserves
 LEASE_LOST = "TQ001"  # the SQLSTATE commit_pass raises when the epoch is not the caller's
 SCAN_BATCH = 2000
 CONNECT_TIMEOUT_S = 5
@@ -157,6 +157,27 @@ class Lease(NamedTuple):
     """Seconds until it expires by the database's clock (negative: expired)."""
 
 
+URL_FORM = "postgresql://user@host:port/db"
+
+
+def _check_url(url: str) -> None:
+    """Raise StoreError, saying what a URL looks like, when libpq cannot read `url`
+    (a URL, or libpq's `key=value` form)."""
+    try:
+        conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise _bad_url(exc) from None
+
+
+def _bad_url(exc: psycopg.ProgrammingError) -> StoreError:
+    reason = _first_line(exc)
+    # libpq reads what is not a URL as `key=value` pairs and complains of a missing "=",
+    # which says nothing to someone who meant a URL: then only the form is shown.
+    if reason.startswith('missing "="'):
+        return StoreError(f"--postgres: not a PostgreSQL URL (write {URL_FORM})")
+    return StoreError(f"--postgres: not a PostgreSQL URL (write {URL_FORM}): {reason}")
+
+
 class PostgresStore:
     """The PostgreSQL backend of the Store interface, with a fencing lease.
 
@@ -175,13 +196,14 @@ class PostgresStore:
     away than loopback makes the round trip, and so the overlap, worth more."""
 
     def __init__(self, url: str, schema: str, *, lease_ttl_s: float, advertise: str) -> None:
-        if not SCHEMA_NAME.match(schema):
+        if not SCHEMA_NAME.match(schema) or schema.startswith("pg_"):
             raise StoreError(
-                f"--pg-schema {schema!r}: use lower-case letters, digits and _ (not first), "
-                "at most 63"
+                f"--pg-schema {schema!r}: a schema name is 1 to 63 characters of a-z, 0-9 "
+                "and _, and does not start with a digit or pg_"
             )
         if lease_ttl_s <= 0:
             raise StoreError(f"--lease-ttl-s must be positive, not {lease_ttl_s}")
+        _check_url(url)
         self.url = url
         self.schema = schema
         self.lease_ttl_s = lease_ttl_s
@@ -219,8 +241,8 @@ class PostgresStore:
             )
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {_first_line(exc)}") from None
-        except psycopg.ProgrammingError as exc:  # a malformed URL
-            raise StoreError(f"--postgres: {_first_line(exc)}") from None
+        except psycopg.ProgrammingError as exc:  # a malformed URL (checked before, too)
+            raise _bad_url(exc) from None
         self._conn = conn
         return conn
 

@@ -60,7 +60,10 @@ def test_structured_log_lines() -> None:
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ({"TRIOQ_PORT": "99999"}, "TRIOQ_PORT: port cannot be '99999' (it must be 0 to 65535)"),
+        (
+            {"TRIOQ_PORT": "99999"},
+            "TRIOQ_PORT: port cannot be '99999' (it must be a whole number from 0 to 65535)",
+        ),
         ({"TRIOQ_HTTP_PORT": "70000"}, "TRIOQ_HTTP_PORT: http_port cannot be '70000'"),
         ({"TRIOQ_PORT": "-1"}, "TRIOQ_PORT: port cannot be '-1'"),
     ],
@@ -107,3 +110,19 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         build_parser().parse_args(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"trioq {__version__}"
+
+
+def test_a_bad_value_says_what_the_setting_takes() -> None:
+    with pytest.raises(ConfigError) as boolean:
+        load(None, {"TRIOQ_MEMORY": "maybe"}, {})
+    assert str(boolean.value) == "TRIOQ_MEMORY: memory cannot be 'maybe' (it must be true or false)"
+    with pytest.raises(ConfigError) as word:
+        load(None, {"TRIOQ_LOG_FORMAT": "xml"}, {})
+    assert str(word.value) == (
+        "TRIOQ_LOG_FORMAT: log_format cannot be 'xml' (it must be text, json or kv)"
+    )
+
+
+def test_log_level_and_format_in_any_case_are_spelled_as_the_table_spells_them() -> None:
+    config = load(None, {"TRIOQ_LOG_LEVEL": "debug", "TRIOQ_LOG_FORMAT": "JSON"}, {})
+    assert (config.log_level, config.log_format) == ("DEBUG", "json")

@@ -481,7 +481,7 @@ class EngineActor:
                 continue  # the outage was logged once, at its first failure (`_outage`)
             break
         self._unstored = None
-        log.warning("commits stored again after %.1f s", trio.current_time() - started)
+        log.info("commits stored again after %.1f s", trio.current_time() - started)
 
     def _outage(self, exc: StoreUnavailable) -> None:
         """Log an outage's start with its cause (the retries that follow are not logged)."""

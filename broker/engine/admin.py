@@ -9,6 +9,7 @@ settings.py's, the dead-letter queue deadletters.py's.
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from typing import Any
 
@@ -152,7 +153,8 @@ class QueueAdmin:
         return {"ok": True, "stats": self.broker_stats(now)}
 
     def broker_stats(self, now: float) -> dict[str, float]:
-        """Job counts over every queue, uptime and failures since start (Stats, dashboard)."""
+        """Job counts over every queue, uptime (whole milliseconds) and failures since start
+        (Stats, DashboardOverview)."""
         totals: dict[str, int] = {}
         for queue in self.state.queues.values():
             for state, count in queue.counts.items():
@@ -165,7 +167,7 @@ class QueueAdmin:
             "dlq": totals.get(FAILED, 0),
             "completed": totals.get(COMPLETED, 0),
             "failed": self.state.totals["failed"],
-            "uptime": now - self.info.started_ms,
+            "uptime": math.floor(now - self.info.started_ms),  # whole ms, as the reference
         }
 
     def metrics(self, session: ReplySink, command: cmd.Metrics, now: float) -> Reply:

@@ -29,10 +29,13 @@ import trio
 import trio_websocket
 
 from protocol import Rejected
-from store import StoreError
+from store import MemoryStore, StoreError
+from store.postgres import PostgresStore
 
 from .. import __version__
 from ..engine.actor import EngineActor
+from ..mcp.asgi import PATH as MCP_PATH
+from ..mcp.asgi import McpEndpoint
 from ..metrics import CONTENT_TYPE, Metrics
 from . import sse
 from .dashboard import Collector, StaticFiles, flag, heap_stats, page_bounds
@@ -116,6 +119,13 @@ class BodyBudget:
         self.used -= size
 
 
+def store_kind(store: object) -> str:
+    """What the dashboard calls a store: memory, sqlite or postgres."""
+    if store is None or isinstance(store, MemoryStore):
+        return "memory"
+    return "postgres" if isinstance(store, PostgresStore) else "sqlite"
+
+
 class HttpServer:
     """Serves the HTTP port."""
 
@@ -136,7 +146,10 @@ class HttpServer:
         # someone listens, so the engine collects no events for nobody.
         self.events = sse.EventRing()
         self.sse_clients = 0
+        metrics.http_transports = lambda: (self.websockets, self.sse_clients)
         actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0)
+        # The MCP server (Streamable HTTP at /mcp), on the engine serving now.
+        self.mcp = McpEndpoint(lambda: self.actor)
         # REST commands pass the same front door as TCP frames (triage: a rejected command or
         # a Ping is answered here). A request authenticates by its Bearer header, and an HTTP
         # connection answers one request before it reads the next, so the door holds no
@@ -158,7 +171,9 @@ class HttpServer:
 
     async def run(self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED):
         """Listen until cancelled; reports the listeners."""
-        await trio.serve_tcp(self.serve_stream, port, host=host, task_status=task_status)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.mcp.run)
+            await trio.serve_tcp(self.serve_stream, port, host=host, task_status=task_status)
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
         """One client connection: HTTP requests (keep-alive), or one WebSocket. Whatever goes
@@ -215,6 +230,15 @@ class HttpServer:
                 self.budget.give(len(body))
                 await self._serve_events(stream, connection, request, events)
                 return
+            if self._mcp_request(request):
+                try:
+                    await self.mcp.serve(stream, connection, request, body)
+                finally:
+                    self.budget.give(len(body))
+                if connection.states != {h11.CLIENT: h11.DONE, h11.SERVER: h11.DONE}:
+                    return
+                connection.start_next_cycle()
+                continue
             try:
                 answer = await self._answer(request, body)
             finally:
@@ -289,16 +313,20 @@ class HttpServer:
         """DashboardOverview plus what only the HTTP port knows: the broker's health."""
         reply = await self._run({"cmd": "DashboardOverview"})
         data = reply["data"]
+        uptime = self._uptime_s()
+        data["stats"]["uptime"] = uptime  # whole seconds, as everywhere on the HTTP port
         data["broker"] = {
             "version": __version__,
-            "uptime": self._uptime_s(),
-            "store": "memory" if self.actor.store is None else "sqlite",
+            "uptime": uptime,
+            "store": store_kind(self.actor.store),
             "connections": {
                 "tcp": self.metrics.connections(),
                 "websocket": self.websockets,
                 "sse": self.sse_clients,
             },
-            "role": "primary",
+            # One name per role in every mode: a broker of its own (SQLite, memory) is the
+            # active one, as a PostgreSQL broker holding the lease is.
+            "role": self.role_status()["role"] if self.role_status else "active",
         }
         return 200, JSON, reply_json({"ok": True, "data": data})
 
@@ -361,6 +389,14 @@ class HttpServer:
         if found is None or not self._authorized(request):
             return None
         return True if found["queue"] is None else unquote(found["queue"])
+
+    def _mcp_request(self, request: h11.Request) -> bool:
+        """Whether the request is for the MCP server, authorized, while commands are served
+        (anything else about `/mcp` is answered as usual: 401, or 503 on a standby)."""
+        path = urlsplit(request.target.decode("latin-1")).path
+        return (
+            path == MCP_PATH and self.mcp.running and self._authorized(request) and self._serving()
+        )
 
     async def _serve_events(
         self,

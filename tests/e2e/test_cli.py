@@ -103,7 +103,10 @@ def test_a_port_in_use_is_one_line_and_creates_nothing(tmp_path: Path, flag: str
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["--port", "99999"], "--port: port cannot be '99999' (it must be 0 to 65535)"),
+        (
+            ["--port", "99999"],
+            "--port: port cannot be '99999' (it must be a whole number from 0 to 65535)",
+        ),
         (["--http-port", "70000"], "--http-port: http_port cannot be '70000'"),
         (["--port", "-1"], "--port: port cannot be '-1'"),
         (["--host", "no-such-host.invalid"], "cannot resolve --host no-such-host.invalid: "),
@@ -117,6 +120,79 @@ def test_bad_listen_settings_are_one_line_and_create_nothing(
     assert result.returncode == 2
     assert result.stderr.startswith(f"trioq: error: {error}")
     assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "data").exists()
+
+
+NOWHERE = "postgresql://trioq@127.0.0.1:1/postgres"  # never reached: refused before connecting
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["--port", "abc"],
+            "--port: port cannot be 'abc' (it must be a whole number from 0 to 65535)",
+        ),
+        (
+            ["--http-port", "6790.5"],
+            "--http-port: http_port cannot be '6790.5' (it must be a whole number from 0 to 65535)",
+        ),
+        (
+            ["--keep-failed", "many"],
+            "--keep-failed: keep_failed cannot be 'many' (it must be a whole number)",
+        ),
+        (
+            ["--lease-ttl-s", "ten"],
+            "--lease-ttl-s: lease_ttl_s cannot be 'ten' (it must be a number)",
+        ),
+        (
+            ["--log-level", "loud"],
+            "--log-level: log_level cannot be 'loud' (it must be DEBUG, INFO, WARNING or ERROR)",
+        ),
+        (
+            ["--pg-schema", "Newbie-1", "--postgres", NOWHERE],
+            "--pg-schema 'Newbie-1': a schema name is 1 to 63 characters of a-z, 0-9 and _, and "
+            "does not start with a digit or pg_",
+        ),
+        (
+            ["--postgres", "notaurl"],
+            "--postgres: not a PostgreSQL URL (write postgresql://user@host:port/db)",
+        ),
+        (
+            ["--postgres", "postgresql://trioq@localhost/q?colour=blue"],
+            "--postgres: not a PostgreSQL URL (write postgresql://user@host:port/db): invalid URI "
+            'query parameter: "colour"',
+        ),
+    ],
+)
+def test_a_bad_value_is_one_line_saying_what_the_option_takes(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "broker", "serve", "--port", "0", "--http-port", "0", *args],
+        capture_output=True, text=True, timeout=30, cwd=tmp_path,
+    )  # fmt: skip
+    assert (result.returncode, result.stderr) == (2, f"trioq: error: {error}\n")
+    assert list(tmp_path.iterdir()) == []  # no data directory made
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--prot", "7000"], "unrecognized arguments: --prot 7000 (did you mean --port?)"),
+        (["--memroy"], "unrecognized arguments: --memroy (did you mean --memory?)"),
+        (["--http-prot=0"], "unrecognized arguments: --http-prot=0 (did you mean --http-port?)"),
+        (["--colour", "blue"], "unrecognized arguments: --colour blue"),
+    ],
+)
+def test_an_unknown_option_shows_serves_usage_and_the_closest_option(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    result = serve("--data-dir", str(tmp_path / "data"), *args)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("usage: trioq serve [-h] [--config FILE] [--host HOST]")
+    assert lines[-1] == f"trioq serve: error: {error}"
     assert not (tmp_path / "data").exists()
 
 
@@ -212,3 +288,14 @@ def test_make_serve_passes_arguments_through(tmp_path: Path) -> None:
     assert result.stdout.splitlines()[-1] == (
         ".venv/bin/trioq serve --host 127.0.0.1 --port 6789 --http-port 0 --data-dir /tmp/q"
     )
+
+
+def test_making_the_venv_says_where_the_trioq_command_is(tmp_path: Path) -> None:
+    checkout, env = make_checkout(tmp_path, {})
+    hint = (
+        'echo "trioq is installed in .venv, not on PATH: run .venv/bin/trioq, or '
+        "'source .venv/bin/activate' to have trioq on PATH in this shell\""
+    )
+    for target in (".venv/bin/.installed", ".venv/bin/.installed-test"):  # serve's, test's
+        commands = make(checkout, env, "-n", target).stdout.splitlines()
+        assert commands[-1] == hint, commands

@@ -69,6 +69,8 @@ def test_a_second_broker_is_a_standby_that_forwards_to_the_active_one(
         )
         active = http.get(f"http://127.0.0.1:{first_http}/health").json()
         assert (active["role"], active["epoch"]) == ("active", standby["epoch"])
+        dashboard = http.get(f"http://127.0.0.1:{first_http}/dashboard").json()["data"]
+        assert (dashboard["broker"]["role"], dashboard["broker"]["store"]) == ("active", "postgres")
         assert http.get(f"http://127.0.0.1:{first_http}/ready").status_code == 200
     with FrameSocket(second.address) as client:  # the standby's address reaches the active
         pushed = client.call("PUSH", queue="pg", data={"via": "standby"})
@@ -78,3 +80,18 @@ def test_a_second_broker_is_a_standby_that_forwards_to_the_active_one(
     with psycopg.connect(postgres_server.url) as sql:  # the first kept its lease all along
         lease = sql.execute(f"SELECT epoch, address FROM {pg_schema}.lease").fetchone()
     assert lease == (standby["epoch"], active_address)
+
+
+def test_a_normal_start_and_restart_log_at_info_only(
+    broker_factory: BrokerFactory, postgres_server: PrivateServer, pg_schema: str
+) -> None:
+    where = (postgres_server.url, pg_schema)
+    for epoch in (1, 2):  # a first start, then a restart after a clean stop
+        broker = broker_factory("--lease-ttl-s", "10", postgres=where)
+        lines = broker.stderr_text().splitlines()  # logged before it printed its address
+        assert lines[0] == (
+            f"INFO broker.ha: schema {pg_schema}: took the lease (epoch {epoch}); restoring"
+        )
+        assert lines[1].startswith(f"INFO broker.ha: active: serving (epoch {epoch}), restored in ")
+        assert not [line for line in lines if not line.startswith("INFO ")], lines
+        broker.stop()

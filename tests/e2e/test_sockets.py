@@ -365,6 +365,15 @@ def test_signal_answers_parked_long_poll_and_exits_zero(
     assert "Traceback" not in broker.stderr_text()
 
 
+def test_a_sigterm_sent_as_soon_as_the_address_is_printed_stops_it_cleanly(
+    broker_factory: BrokerFactory,
+) -> None:
+    for _ in range(5):  # the signal lands in the moments after the print: no window to hit
+        broker = broker_factory()
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(timeout=10) == 0, broker.stderr_text()
+
+
 # -- (h) the command line -------------------------------------------------------------------------
 
 

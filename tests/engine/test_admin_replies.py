@@ -95,6 +95,14 @@ def test_rss_mib_is_given_to_one_decimal(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert rss_mib() == round(exact, 1)
 
 
+async def test_stats_uptime_is_whole_milliseconds(client: FrameClient, autojump_clock) -> None:
+    await trio.sleep(1.2345678)
+    uptime = (await client.call("Stats"))["stats"]["uptime"]
+    assert (uptime, type(uptime)) == (1234, int)  # the reference's unit, never a fraction
+    overview = (await client.call("DashboardOverview"))["data"]["stats"]["uptime"]
+    assert (overview, type(overview)) == (1234, int)
+
+
 async def test_stats_of_a_broker_without_queues_are_zero(client: FrameClient) -> None:
     stats = (await client.call("Stats"))["stats"]
     del stats["uptime"]

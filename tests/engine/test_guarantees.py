@@ -4,6 +4,7 @@ stops the broker instead of answering `ok` for a change it could not keep."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import Collection
 from typing import Any
@@ -192,6 +193,7 @@ class FlakyStore(MemoryStore):
 async def test_an_unreachable_database_withholds_replies_until_the_commit_is_stored(
     autojump_clock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO)
     store = FlakyStore()
     async with trio.open_nursery() as nursery:
         app = App(Config(port=0, http_port=0), store=store, clock=Clock(EPOCH_MS))
@@ -212,8 +214,11 @@ async def test_an_unreachable_database_withholds_replies_until_the_commit_is_sto
         assert len(store.rows) == 3
         outage_logs = [r for r in caplog.records if "cannot commit" in r.getMessage()]
         assert len(outage_logs) == 1 and "connection refused" in outage_logs[0].getMessage()
+        assert outage_logs[0].levelname == "WARNING"  # the operator should look at the database
         recovered = [r.getMessage() for r in caplog.records if "stored again" in r.getMessage()]
         assert len(recovered) == 1
+        # The end of the outage is normal again: nothing to act on.
+        assert [r.levelname for r in caplog.records if "stored again" in r.getMessage()] == ["INFO"]
         match = re.fullmatch(r"commits stored again after (\d+\.\d) s", recovered[0])
         assert match is not None and 5 <= float(match[1]) < 7, recovered
         app.shutdown()

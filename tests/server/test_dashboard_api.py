@@ -14,6 +14,8 @@ import trio.testing
 from broker.app import App
 from broker.config import Config
 from broker.server import sse
+from broker.server.http import store_kind
+from store import MemoryStore
 from tests.conftest import memory_connector, start_app
 from tests.server.test_http import http
 
@@ -84,9 +86,26 @@ async def test_dashboard_overview_has_counts_and_broker_health(
     assert (data["stats"]["waiting"], data["stats"]["totalPushed"]) == (1, 1)
     broker = data["broker"]
     assert broker["store"] == "memory"
-    assert broker["role"] == "primary"
+    assert broker["role"] == "active"  # a broker of its own is the active one, as in HA mode
     assert broker["connections"] == {"tcp": 0, "websocket": 0, "sse": 0}
     assert isinstance(broker["version"], str) and isinstance(broker["uptime"], int)
+
+
+async def test_dashboard_uptimes_are_both_whole_seconds(
+    app: App, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    await trio.sleep(2.7504)
+    data = (await get_json(app, nursery, "/dashboard"))[1]["data"]
+    assert (data["stats"]["uptime"], data["broker"]["uptime"]) == (2, 2)
+    assert isinstance(data["stats"]["uptime"], int)
+
+
+@pytest.mark.parametrize(
+    ("store", "kind"),
+    [(None, "memory"), (MemoryStore(), "memory"), (object(), "sqlite")],
+)
+def test_the_store_is_named_by_its_kind(store: object, kind: str) -> None:
+    assert store_kind(store) == kind
 
 
 async def test_dashboard_queues_pages_with_limit_and_offset(

@@ -449,8 +449,16 @@ def test_bad_settings_are_refused_before_connecting() -> None:
     with pytest.raises(StoreError) as bad_schema:
         open_postgres(nowhere, "Bad-Name")
     assert str(bad_schema.value) == (
-        "--pg-schema 'Bad-Name': use lower-case letters, digits and _ (not first), at most 63"
+        "--pg-schema 'Bad-Name': a schema name is 1 to 63 characters of a-z, 0-9 and _, and "
+        "does not start with a digit or pg_"
     )
+    for allowed in ("_x", "a" * 63, "q_2"):  # refused on the way to the database, not before
+        with pytest.raises(StoreUnavailable):
+            open_postgres(nowhere, allowed)
+    for refused in ("2fast", "a" * 64, "pg_jobs", "", "über"):
+        with pytest.raises(StoreError, match="a schema name is") as bad:
+            open_postgres(nowhere, refused)
+        assert not isinstance(bad.value, StoreUnavailable)
     for ttl in (0, -1.5):
         with pytest.raises(StoreError) as bad_ttl:
             open_postgres(nowhere, "trioq", lease_ttl_s=ttl)
@@ -465,7 +473,7 @@ def test_connection_failures_say_what_failed() -> None:
     with pytest.raises(StoreError) as malformed:
         open_postgres("nonsense here")
     assert str(malformed.value) == (
-        '--postgres: missing "=" after "nonsense" in connection info string'
+        "--postgres: not a PostgreSQL URL (write postgresql://user@host:port/db)"
     )
 
 
