@@ -45,7 +45,7 @@ serve: $(BIN)/.installed
 	$(BIN)/trioq serve --host $(HOST) --port $(PORT) $(ARGS)
 
 lint: $(BIN)/.installed-test
-	$(BIN)/ruff check broker protocol store tests benchmarks examples
+	$(BIN)/ruff check broker protocol store tests benchmarks trioq examples
 	$(BIN)/mypy
 
 # Tools a test needs. Each is installed with apt-get when make runs as root (as CI does) and its
@@ -95,7 +95,8 @@ test: $(TS_INTEROP)/node_modules/.installed postgres-binaries chromium lint
 # floor, the official SDKs' workloads beside the reference (the TypeScript SDK and bun come from
 # the interop test's npm install), delayed-job lateness, RSS per million waiting jobs, PUSHF flows.
 # BENCH_ARGS adds options to the first, SDK_BENCH_ARGS to the second, e.g.
-# make bench BENCH_ARGS="--jobs 5000 --repeat 5" SDK_BENCH_ARGS="--jobs 20000".
+# make bench BENCH_ARGS="--jobs 5000 --repeat 5" SDK_BENCH_ARGS="--jobs 20000". Last, the trioq
+# Python client beside the official Python and TypeScript SDKs (benchmarks/clients.py).
 BENCH_ARGS ?=
 SDK_BENCH_ARGS ?=
 bench: $(BIN)/.installed-test postgres-binaries $(TS_INTEROP)/node_modules/.installed
@@ -104,6 +105,7 @@ bench: $(BIN)/.installed-test postgres-binaries $(TS_INTEROP)/node_modules/.inst
 	$(BIN)/python -m benchmarks.lateness --compare --modes memory,sqlite --spread-ms 1000
 	$(BIN)/python -m benchmarks.memory --only waiting --jobs 1000000
 	$(BIN)/python -m benchmarks.flows --compare --modes memory,sqlite
+	$(BIN)/python -m benchmarks.clients
 
 # Mutation testing (slow, not part of `make test`): mutmut mutates protocol/, store/ and
 # broker/engine/ (the config is [tool.mutmut] in pyproject.toml), runs the in-process tests against

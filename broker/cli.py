@@ -1,4 +1,5 @@
-"""The `trioq` command line: `trioq serve [options]`.
+"""The `trioq` command line: `trioq serve [options]`, and `trioq worker module:attr` (the
+client package's worker runner, trioq/cli.py, imported only when that command is used).
 
 Every setting of broker/config.py is a flag (`--http-port`), an environment variable
 (`TRIOQ_HTTP_PORT`) and a key of the optional TOML file (`http_port`); `--help` lists them
@@ -44,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", default=os.environ.get(ENV_PREFIX + "CONFIG"), metavar="FILE",
         help=f"TOML file of settings (also {ENV_PREFIX}CONFIG)",
     )  # fmt: skip
+    commands.add_parser(
+        "worker", add_help=False, help="run a trioq.Worker: trioq worker module:attr --queue Q"
+    )  # its options are trioq/cli.py's (`trioq worker --help`)
     for field in settings():
         flag = "--" + field.name.replace("_", "-")
         env = ENV_PREFIX + field.name.upper()
@@ -167,6 +171,11 @@ def claim_data_dir(data_dir: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `trioq` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        from trioq.cli import main as worker_main
+
+        return worker_main(argv[1:])
     args = parse(build_parser(), argv)
     if args.command == "mcp":
         return mcp_stdio.main(args)

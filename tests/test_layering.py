@@ -32,6 +32,18 @@ def test_leaf_packages_do_not_import_broker_or_trio(package: str) -> None:
     assert {name: bad for name, bad in offenders.items() if bad} == {}
 
 
+def test_the_client_package_uses_protocol_but_never_the_broker_or_its_store() -> None:
+    # trioq (issue 31) is what users install beside their code: it shares the protocol layer
+    # (framing, command names) with the broker, but must run without it. Checked on every
+    # module it reaches, its own and protocol's.
+    reached = reachable_from(sorted((ROOT / "trioq").rglob("*.py")))
+    assert any(name.startswith("protocol") for name in reached)
+    bad = sorted(
+        name for name in reached if name.split(".")[0] in {"broker", "store", "trio"}
+    )
+    assert bad == []
+
+
 # -- the engine's layer (issue 12) ------------------------------------------------------------
 
 ENGINE = ROOT / "broker" / "engine"

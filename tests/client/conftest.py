@@ -1,0 +1,137 @@
+"""Fixtures of the client tests: real brokers in subprocesses, and a runner that runs a test's
+async body under asyncio or Trio.
+
+These tests are plain `def` functions that call `anyio.run` themselves, once per backend (the
+`backend` fixture), so they stay clear of pytest-trio's trio_mode (which takes every
+`async def` test for Trio) and need no async test plugin of their own.
+"""
+
+from __future__ import annotations
+
+import functools
+import select
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+START_TIMEOUT_S = 20.0
+TEST_LIMIT_S = 40.0  # an async test body that takes longer fails (a hang is a failure)
+
+Run = Callable[..., Any]
+
+
+class Broker:
+    """A trioq broker in a subprocess; `restart()` stops it and starts it again on its port
+    (with its data directory, when it has one)."""
+
+    def __init__(self, *args: str, data_dir: Path | None = None) -> None:
+        self.args = list(args)
+        self.data_dir = data_dir
+        self.port = 0
+        self.process: subprocess.Popen[str] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        store = ["--data-dir", str(self.data_dir)] if self.data_dir else ["--memory"]
+        command = [sys.executable, "-m", "broker", "serve", "--port", str(self.port),
+                   "--http-port", "0", "--shutdown-grace-s", "1", *store, *self.args]  # fmt: skip
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
+        line = process.stdout.readline() if ready else ""
+        if "listening on tcp" not in line:
+            process.kill()
+            process.wait()
+            pytest.fail(f"broker did not start: {line!r}")
+        self.port = int(line.rsplit(":", 1)[1])
+        self.process = process
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        self.process.wait(timeout=20)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture(scope="session")
+def memory_broker() -> Iterator[Broker]:
+    """A broker in memory mode, shared by the session's client tests."""
+    broker = Broker()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def sqlite_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A broker with its SQLite store, shared by the session's client tests."""
+    broker = Broker(data_dir=tmp_path_factory.mktemp("trioq-client-sqlite"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def broker(request: pytest.FixtureRequest) -> Broker:
+    """Each store in turn."""
+    found: Broker = request.getfixturevalue(f"{request.param}_broker")
+    return found
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each async backend in turn."""
+    return str(request.param)
+
+
+def run_async(backend: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """Run `fn(*args)` under `backend` in a thread of its own (the main thread may hold an
+    event loop of an earlier test's: Playwright's sync API keeps one running for the session),
+    failing it after TEST_LIMIT_S seconds."""
+
+    async def limited() -> Any:
+        with anyio.fail_after(TEST_LIMIT_S):
+            return await fn(*args)
+
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = anyio.run(limited, backend=backend)
+        except BaseException as exc:  # handed to the test's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"client-test-{backend}")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+@pytest.fixture
+def run(backend: str) -> Run:
+    """`run(fn, *args)`: run the async function under the test's backend (run_async)."""
+    return functools.partial(run_async, backend)
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A queue name no other test uses (the brokers are shared)."""
+    return f"t-{uuid.uuid4().hex[:12]}"
