@@ -76,6 +76,10 @@ KEEP_DONE_IDS = 50_000
 
 TIMELINE_FULL = MAX_TIMELINE * TIMELINE_ENTRY  # values in a timeline at its cap
 
+Failure = tuple[Job, str, bool, str]
+"""A failure still to apply in a cascade (see `EngineState.fail`): the job, its reason,
+whether it is removed rather than kept failed, and the cause passed up to its parent."""
+
 
 class EngineState:
     """All job state plus the timer wheel; pure (callers pass `now`)."""
@@ -355,12 +359,17 @@ class EngineState:
             (self.completed if stored == COMPLETED else self.failed).add(job, job.completed_at or 0)
             self._restore_debounce_window(job, now)
         del finished
-        for n, job in enumerate(jobs, 1):
+        # The rest are not placed yet: stateless until their turn, so that a failure policy
+        # met on the way (a child past its ttl) acts only on parents already placed...
+        for job, stored in zip(jobs, stored_states, strict=True):
+            if stored not in (COMPLETED, FAILED):
+                job.state = ""
+        failed_from = len(self.finished)
+        for n, (job, stored) in enumerate(zip(jobs, stored_states, strict=True), 1):
             if n % RESTORE_SLICE == 0:
                 yield
-            if job.state in (COMPLETED, FAILED):
-                continue  # restored above, or failed by a dependency's policy just now
-            stored, job.state = job.state, ""
+            if stored in (COMPLETED, FAILED):
+                continue  # restored above
             self._take_keys(job, job.created_at)
             if stored == ACTIVE or job.attempts or job.stall_count:
                 self._end_untimed_debounce(job)
@@ -381,6 +390,9 @@ class EngineState:
                 job.last_heartbeat = max(job.last_heartbeat, now)
                 self._enter(job, ACTIVE)
                 arm_timeout(self, job, job.started_at or now)
+        # ...and, every job placed, the policies of those that failed meet their parents.
+        for job in self.finished[failed_from:]:
+            self.child_failed(job, job.failed_reason or "", now)
         self.tracking = True
         self._store_restart_changes(jobs, stored_states)
         expire_retained(self, self.completed, now)
@@ -820,7 +832,17 @@ class EngineState:
         self.schedule(job, now)
 
     def fail(self, job: Job, now: float, reason: str, remove: bool) -> None:
-        """Terminal failure: to the dead-letter queue (failed), or forgotten."""
+        """Terminal failure: to the dead-letter queue (failed), or forgotten; then its flow
+        parent's failure policy, which may fail the parent, and so on up the chain.
+
+        The chain is walked in a loop, not by recursion: a flow may be any number of levels
+        deep, and each step leads to at most one more failure (a job has one parent)."""
+        self._fail_chain((job, reason, remove, reason), now)
+
+    def _fail_one(
+        self, job: Job, reason: str, remove: bool, cause: str, now: float
+    ) -> Failure | None:
+        """Fail one job (see `fail`); returns the failure its parent's policy calls for."""
         self._end_activity(job)
         self._free_keys(job)
         job.failed_reason = reason
@@ -829,18 +851,31 @@ class EngineState:
         self.emit("failed", job, error=reason)
         if remove:
             self.forget(job)
-            self.child_failed(job, reason, now)
-            return
+            return self._parent_policy(job, cause, now)
         job.completed_at = now
         self._enter(job, FAILED, error=reason)
         self.finished.append(job)
         mark_finished(job)
         retain(self, self.failed, job, now)
-        enter_dead_letters(self, self.queue(job.queue), job, now)
-        self.child_failed(job, reason, now)
+        enter_dead_letters(self, self.queues[job.queue], job, now)
+        return self._parent_policy(job, cause, now)
 
     def child_failed(self, child: Job, reason: str, now: float) -> None:
-        """A flow child failed for good: apply its failure policy to its waiting parent.
+        """A flow child failed for good: apply its failure policy to its waiting parent (and
+        whatever that failure leads to, see `fail`)."""
+        self._fail_chain(self._parent_policy(child, reason, now), now)
+
+    def _fail_chain(self, failure: Failure | None, now: float) -> None:
+        """Apply `failure` and every failure it leads to (see `fail`)."""
+        while failure is not None:
+            failure = self._fail_one(*failure, now)
+
+    def _parent_policy(self, child: Job, cause: str, now: float) -> Failure | None:
+        """Apply a failed child's policy to its waiting parent; returns the parent's failure
+        when the policy fails it (or releases it past its ttl), for the caller to apply.
+        `cause` is what failed the chain's first job: a parent's reason names its child and
+        that cause, not the child's own reason (down a chain of 100,000 jobs, reasons that
+        quoted each other would grow to gigabytes).
 
         failParentOnFailure fails the parent; continueParentOnFailure releases the parent at
         once, recording the error; removeDependencyOnFailure and ignoreDependencyOnFailure drop
@@ -849,34 +884,49 @@ class EngineState:
         """
         parent = self.jobs.get(child.opts.parent_id) if child.opts.parent_id else None
         if parent is None or parent.state != WAITING_CHILDREN:
-            return
+            return None
         key = f"{child.queue}:{child.id}"
+        reason = child.failed_reason or cause
         if child.opts.fail_parent_on_failure:
-            why = f"Child job {child.id} failed: {reason}"
-            self.fail(parent, now, why, parent.opts.remove_on_fail)
-        elif child.opts.continue_parent_on_failure:
+            why = f"Child job {child.id} failed: {cause}"
+            return parent, why, parent.opts.remove_on_fail, cause
+        if child.opts.continue_parent_on_failure:
             parent.child_failures = {**(parent.child_failures or {}), key: reason}
-            self.schedule(parent, now)
-        elif child.opts.remove_dependency_on_failure or child.opts.ignore_dependency_on_failure:
+            return self._release(parent, now)
+        if child.opts.remove_dependency_on_failure or child.opts.ignore_dependency_on_failure:
             if child.id not in parent.opts.depends_on:
-                return  # attached (UpdateParent) without being waited for
+                return None  # attached (UpdateParent) without being waited for
             if child.opts.ignore_dependency_on_failure:
                 parent.ignored_failures = {**(parent.ignored_failures or {}), key: reason}
-            self.drop_dependency(parent, child.id, now)
+            return self._drop_dependency(parent, child.id, now)
+        return None
+
+    def _release(self, job: Job, now: float) -> Failure | None:
+        """`schedule` a job that stops waiting, except that one past its ttl is returned as
+        the failure it is due (for the caller's loop, see `fail`)."""
+        if job.opts.ttl and now >= job.created_at + job.opts.ttl:
+            return job, TTL_REASON, job.opts.remove_on_fail, TTL_REASON
+        self.schedule(job, now)
+        return None
 
     def drop_dependency(self, parent: Job, dep_id: str, now: float) -> None:
         """A waiting job stops waiting for `dep_id` (not completed); it is scheduled once
         nothing else is pending. The edge goes for good (stored), so neither a restart nor the
         dependency's completion later counts it again."""
+        self._fail_chain(self._drop_dependency(parent, dep_id, now), now)
+
+    def _drop_dependency(self, parent: Job, dep_id: str, now: float) -> Failure | None:
+        """`drop_dependency`; returns the parent's failure when it is released past its ttl."""
         parent.depends_on = [dep for dep in parent.opts.depends_on if dep != dep_id]
         self.touch(parent)
         waiting = self.dependents.get(dep_id)
         if not waiting or parent.id not in waiting:
-            return  # it completed once (then ran again): no longer among the pending ones
+            return None  # it completed once (then ran again): no longer among the pending ones
         waiting.remove(parent.id)
         parent.pending_deps -= 1
         if parent.pending_deps <= 0:
-            self.schedule(parent, now)
+            return self._release(parent, now)
+        return None
 
     def wait_for_children(self, job: Job, now: float) -> None:
         """An active job gives up its activation to wait for its unfinished dependencies
