@@ -10,6 +10,12 @@ failed jobs are kept (for GetJob, GetResult, jobId idempotency and
 dependency checks) up to a count and an age each; older ones are forgotten (and deleted from
 the store), driven by the timer wheel rather than a sweep.
 
+Queues. A queue exists while it holds something (a job in any state, a parked poll, a setting,
+a cron, an open group rate window: `QueueState.idle`). A read never makes one; a write that
+would (a push, a setting, a poll that parks) is refused past `max_queues` before anything
+changes (`admit_queues`). Whatever may leave a queue empty notes it (`note_emptied`), and a
+QUEUE_SWEEP timer SWEEP_DELAY_MS later forgets those still idle.
+
 Persistence. With `tracking` on, every job that enters a state (or renews its lease) is
 recorded in `changed` and every forgotten one in `deleted`; the actor writes both once per
 pass.
@@ -29,6 +35,7 @@ from .deadlines import (
     KEY_EXPIRY,
     LEASE,
     PROMOTE,
+    QUEUE_SWEEP,
     TTL_REASON,
     arm_timeout,
     arm_ttl,
@@ -36,6 +43,7 @@ from .deadlines import (
     timer_is_current,
 )
 from .dlq import enter_dead_letters
+from .errors import EngineError
 from .housekeeping import (
     DROP_SLICE,
     PURGE,
@@ -60,7 +68,7 @@ from .model import (
     Job,
     uuid7,
 )
-from .queues import QueueState
+from .queues import MAX_QUEUES, SWEEP_DELAY_MS, QueueState, QueueSweep
 from .retention import Retention, expire_retained, mark_finished, next_finish, retain
 from .sink import ReplySink
 from .telemetry import QueueTelemetry
@@ -91,10 +99,11 @@ class EngineState:
         keep_failed: int = 10_000,
         keep_completed_ms: float = 7 * 86_400_000,
         keep_failed_ms: float = 7 * 86_400_000,
+        max_queues: int = MAX_QUEUES,
     ) -> None:
-        # 29 attributes: keep them at most 30. Past that CPython 3.11 stops sharing the
-        # instance's keys and every `self.<name>` read is slower (measured with 31: +1.9k
-        # instructions a PUSH, +2% on every request).
+        # 29 attributes: keep them so. Past 30 CPython 3.11 stops sharing the instance's keys
+        # and every `self.<name>` read is slower (measured with 31: +1.9k instructions a
+        # PUSH, +2% on every request); with 30, a Count command took 300 more (+1%).
         self.jobs: dict[str, Job] = {}
         self.queues: dict[str, QueueState] = {}
         self.keys = KeyRegistry()
@@ -122,7 +131,8 @@ class EngineState:
         self.finished: list[Job] = []
         self.changed_settings: set[str] = set()
         self.totals = {"pushed": 0, "pulled": 0, "completed": 0, "failed": 0}
-        self.telemetry = QueueTelemetry()  # per-queue minute counts (Metrics {queue, type})
+        # Per-queue minute counts (Metrics {queue, type}), for as many queues as may exist.
+        self.telemetry = QueueTelemetry(max_queues)
         # Latency observers (metrics): called with ms waited before a start, ms of processing.
         self.on_start: Any = None
         self.on_complete: Any = None
@@ -134,17 +144,75 @@ class EngineState:
         self.untidy: set[Any] = set()
         self.graveyard = Graveyard()
         self.purges: list[Purge] = []
-        self.purge_writes: list[Record] = []
-        self.purge_deletes: list[tuple[str, str]] = []
+        # Purge tombstones to store: a Record to write, a (kind, key) to delete.
+        self.purge_records: list[Record | tuple[str, str]] = []
+        # The cap on queues and the queues that may have emptied (see the module docstring).
+        self.sweep = QueueSweep(max_queues)
 
     # -- lookups -------------------------------------------------------------------------------
 
     def queue(self, name: str) -> QueueState:
-        """The state of queue `name`, created on first use."""
+        """The state of queue `name`, created on first use (a command that would create it
+        for a client checks `admit_queues` first; reads use `queues.get`)."""
         queue = self.queues.get(name)
         if queue is None:
             queue = self.queues[name] = QueueState(name)
         return queue
+
+    def admit_queues(self, names: Iterable[str]) -> None:
+        """Refuse, before anything changes, a command that would make the queues past
+        `max_queues` exist (idle queues not yet swept are forgotten first, to make room)."""
+        queues = self.queues
+        names = set(names)
+        limit = self.sweep.limit
+        if len(queues) + len(names - queues.keys()) <= limit:
+            return
+        self.sweep_queues(self.now)  # (it may forget one of `names`, idle: counted again)
+        new = sorted(names - queues.keys())
+        if len(queues) + len(new) > limit:
+            what = f"queue {new[0]!r}" if len(new) == 1 else f"{len(new)} queues"
+            raise EngineError(
+                f"Queue limit reached: creating {what} would pass --max-queues ({limit})"
+            )
+
+    def live_queues(self, now: float) -> dict[str, QueueState]:
+        """The queues that hold something (those idle are about to be forgotten)."""
+        return {name: queue for name, queue in self.queues.items() if not queue.idle(now)}
+
+    def note_emptied(self, queue: QueueState) -> None:
+        """`queue` may hold nothing now: the next sweep looks at it (one is armed if none is)."""
+        sweep = self.sweep
+        sweep.emptied.add(queue)
+        if sweep.due == math.inf:
+            sweep.due = self.now + SWEEP_DELAY_MS
+            self.wheel.schedule(sweep.due, QUEUE_SWEEP, sweep)
+
+    def sweep_queues(self, now: float) -> None:
+        """Forget the queues noted as emptied that are idle (the QUEUE_SWEEP timer). One kept
+        only by a group rate window still open is looked at again when the window closes."""
+        sweep = self.sweep
+        if sweep.due <= now:  # its timer came (or is about to): none is armed after this
+            sweep.due = math.inf
+        emptied, sweep.emptied = sweep.emptied, set()
+        later = math.inf
+        for queue in emptied:
+            if self.queues.get(queue.name) is not queue:
+                continue  # obliterated since (or obliterated and made again)
+            if queue.idle(now):
+                self._drop_queue(queue)
+            elif queue.windows_until > now and queue.idle(queue.windows_until):
+                sweep.emptied.add(queue)
+                later = min(later, queue.windows_until)
+        if later < sweep.due:
+            sweep.due = later
+            self.wheel.schedule(later, QUEUE_SWEEP, sweep)
+
+    def _drop_queue(self, queue: QueueState) -> None:
+        """Forget an idle queue; its stale heap entries are let go of in slices."""
+        del self.queues[queue.name]
+        self.graveyard.bury(queue.compact_ready())
+        self.dirty_queues.discard(queue)
+        self.untidy.discard(queue)
 
     def jobs_of(self, queue: str, states: Iterable[str] | None = None) -> list[Job]:
         """The jobs of `queue` (in the given states, else all), in the order they were added."""
@@ -687,11 +755,16 @@ class EngineState:
         queue.stale += stale
         if worth_compacting(queue.stale, queue.entries()):
             self.untidy.add(queue)
+        if not any(queue.counts.values()):  # its last jobs
+            self.note_emptied(queue)
 
     def _note_stale_timers(self, stale: int) -> None:
         wheel = self.wheel
         wheel.stale += stale
-        if worth_compacting(wheel.stale, len(wheel)):
+        # A queue sweep's armed timer is no job's: a wheel of job timers all stale but it is
+        # compacted as one all stale (a queue emptied job by job lets go of every job).
+        jobs_timers = len(wheel) - (self.sweep.due != math.inf)
+        if worth_compacting(wheel.stale, jobs_timers):
             self.untidy.add(wheel)
 
     def _end_activity(self, job: Job) -> None:
@@ -953,11 +1026,17 @@ class EngineState:
     def forget(self, job: Job) -> None:
         """Drop a job entirely: its tallies, its timers (counted stale), its store row. No
         event: the caller decides what the client hears (removed, retention, removeOn...)."""
-        if job.state == COMPLETED:
+        state = job.state
+        if state == COMPLETED:
             self._remember_done(job.id)
         self._timers_left_behind(job)
-        if job.state:
-            self._leave(self.queue(job.queue), job)
+        if state:
+            queue = self.queues[job.queue]
+            self._leave(queue, job)
+            counts = queue.counts
+            # Perhaps its last job (the sweep looks closer): none left in its state or active.
+            if not counts[state] and not counts[ACTIVE]:
+                self.note_emptied(queue)
         self.finished.append(job)
         job.state = ""
         del self.jobs[job.id]
@@ -989,8 +1068,10 @@ class EngineState:
                 ttl_timers += 1
             if job.queue != name:
                 name = job.queue
-                counts = self.queue(name).counts
+                counts = self.queues[name].counts
             counts[COMPLETED] -= 1
+            if not counts[COMPLETED] and not counts[ACTIVE]:  # perhaps the queue's last job
+                self.note_emptied(self.queues[name])
             finished(job)
             job.state = ""
             del live[job_id]
@@ -1026,7 +1107,7 @@ class EngineState:
         self.deleted.difference_update(ids)
         purge = Purge.new(ids)
         self.purges.append(purge)
-        self.purge_writes.append(purge.tombstone())
+        self.purge_records.append(purge.tombstone())
 
     def _finish_purges_of(self, job_id: str) -> None:
         """A job is pushed under an id a purge has yet to delete from the store: finish that
@@ -1041,13 +1122,14 @@ class EngineState:
         self.deleted.update(chunk)
         if not purge.ids:
             self.purges.remove(purge)
-            self.purge_deletes.append((PURGE, purge.key))
+            self.purge_records.append((PURGE, purge.key))
         return len(chunk)
 
     def take_purge_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Tombstones to write and to delete since the last commit."""
-        writes, deletes = self.purge_writes, self.purge_deletes
-        self.purge_writes, self.purge_deletes = [], []
+        records, self.purge_records = self.purge_records, []
+        writes = [record for record in records if isinstance(record, Record)]
+        deletes = [record for record in records if not isinstance(record, Record)]
         return writes, deletes
 
     def housekeeping_due(self) -> bool:
@@ -1067,14 +1149,11 @@ class EngineState:
         self.graveyard.drop_slice(DROP_SLICE)
 
     def compact(self) -> None:
-        """Prune stale heap and timer entries and forget idle, empty queues (CompactMemory)."""
-        for name, queue in list(self.queues.items()):
+        """Prune stale heap and timer entries and forget idle queues at once (CompactMemory)."""
+        for queue in list(self.queues.values()):
             queue.compact()
-            if queue.idle():
-                del self.queues[name]
-                # A queue whose settings were all undone may still have a stored record (of
-                # defaults): delete it too, or a restart would bring the forgotten queue back.
-                self.changed_settings.add(name)
+            if queue.idle(self.now):
+                self._drop_queue(queue)
         self.wheel.compact(self._timer_is_current)
         self.completed.compact()
         self.failed.compact()
