@@ -163,12 +163,12 @@ class EngineState:
         """Refuse, before anything changes, a command that would make the queues past
         `max_queues` exist (idle queues not yet swept are forgotten first, to make room)."""
         queues = self.queues
-        names = set(names)
+        names = set(names)  # (not `names - queues.keys()`: that copies every queue's name)
         limit = self.sweep.limit
-        if len(queues) + len(names - queues.keys()) <= limit:
+        if len(queues) + sum(name not in queues for name in names) <= limit:
             return
         self.sweep_queues(self.now)  # (it may forget one of `names`, idle: counted again)
-        new = sorted(names - queues.keys())
+        new = sorted(name for name in names if name not in queues)
         if len(queues) + len(new) > limit:
             what = f"queue {new[0]!r}" if len(new) == 1 else f"{len(new)} queues"
             raise EngineError(
