@@ -48,8 +48,10 @@ from .housekeeping import (
     DROP_SLICE,
     PURGE,
     PURGE_SLICE,
+    TRIM_AFTER,
     Graveyard,
     Purge,
+    trim_heap,
     worth_compacting,
 )
 from .keys import DEBOUNCE, UNIQUE, KeyRegistry
@@ -195,14 +197,18 @@ class EngineState:
             sweep.due = math.inf
         emptied, sweep.emptied = sweep.emptied, set()
         later = math.inf
+        dropped = 0
         for queue in emptied:
             if self.queues.get(queue.name) is not queue:
                 continue  # obliterated since (or obliterated and made again)
             if queue.idle(now):
                 self._drop_queue(queue)
+                dropped += 1
             elif queue.windows_until > now and queue.idle(queue.windows_until):
                 sweep.emptied.add(queue)
                 later = min(later, queue.windows_until)
+        if dropped >= TRIM_AFTER:  # memory freed in bulk: give it back (see housekeeping.py)
+            trim_heap()
         if later < sweep.due:
             sweep.due = later
             self.wheel.schedule(later, QUEUE_SWEEP, sweep)

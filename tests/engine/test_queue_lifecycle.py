@@ -17,6 +17,8 @@ import trio
 
 from broker.app import App
 from broker.config import Config
+from broker.engine import housekeeping
+from broker.engine import state as state_module
 from broker.engine.queues import SWEEP_DELAY_MS
 from broker.engine.state import EngineState
 from tests.conftest import Connect, memory_connector, start_app
@@ -271,3 +273,20 @@ async def test_polls_served_while_a_sweep_is_armed_leave_no_timer_behind(
         job_id = await push(client)
         assert (await worker.receive_for(n))["job"]["id"] == job_id
     assert [timer.kind for timer in held(app).wheel.heap] == ["queue-sweep"]
+
+
+async def test_a_sweep_forgetting_many_queues_hands_the_heap_back(
+    client: FrameClient, app: App, autojump_clock: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(state_module, "TRIM_AFTER", 5)
+    monkeypatch.setattr(state_module, "trim_heap", lambda: trims.append(1))
+    for count in (4, 5):  # four queues forgotten: no trim; five: one
+        ids = [await push(client, f"q{count}-{n}") for n in range(count)]
+        for job_id in ids:
+            await client.call("Cancel", id=job_id)
+        await trio.sleep(SWEPT_S)
+        assert held(app).queues == {}
+        assert len(trims) == count - 4
+    assert housekeeping.MALLOC_TRIM is not None  # glibc: the trim is real here
+    housekeeping.trim_heap()
