@@ -277,7 +277,9 @@ def memory_broker(source: str, *options: str) -> Iterator[tuple[int, psutil.Proc
         port = probe.getsockname()[1]
     command = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1", "--port",
                str(port), "--http-port", "0", "--memory", *options]  # fmt: skip
-    process = subprocess.Popen(command, cwd=source, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
