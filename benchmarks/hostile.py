@@ -19,6 +19,13 @@ one), runs its clients for a bounded time and prints one line of figures, with t
                1,000 jobs, ~750 kB a reply) and never reading: the broker's RSS, and a fresh
                client's connect + Ping meanwhile.
   unread-getjobs-ws the same over 20 WebSockets (binary MessagePack messages).
+  queues-emptied  300,000 queues of one job each, every job cancelled, twice over (new names
+               the second time): RSS after each round, and how many queues are still listed.
+               The broker gets TRIOQ_MAX_QUEUES=1000000 (a build without the cap ignores it).
+  pull-fresh   100,000 PULLs with timeout 0, each on a name never used: RSS before and after.
+  deep-chain   a chain of 100,000 jobs (PUSHB), each a child of the one before it with
+               failParentOnFailure; its leaf is pulled and failed, then the queue obliterated:
+               the time and the outcome of each.
 """
 
 from __future__ import annotations
@@ -334,12 +341,156 @@ def run_unread(scenario: str, source: str, seconds: float) -> str:
     options = () if http_port is None else ("--http-port", str(http_port))
     with broker(source, *options) as (port, process):
         return trio.run(unread_replies, port, http_port, seconds, process)
+class Caller:
+    """A blocking client that pipelines commands in windows and reads every reply."""
+
+    WINDOW = 1000
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.buffer = b""
+
+    def _reply(self) -> Any:
+        while len(self.buffer) < 4 or len(self.buffer) < 4 + int.from_bytes(self.buffer[:4], "big"):
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise EOFError
+            self.buffer += chunk
+        size = int.from_bytes(self.buffer[:4], "big")
+        body, self.buffer = self.buffer[4 : 4 + size], self.buffer[4 + size :]
+        return msgspec.msgpack.decode(body)
+
+    def many(self, messages: list[dict[str, Any]]) -> list[Any]:
+        """Send `messages` WINDOW at a time; returns the replies in order."""
+        replies: list[Any] = []
+        for at in range(0, len(messages), self.WINDOW):
+            window = messages[at : at + self.WINDOW]
+            self.sock.sendall(b"".join(frame(message) for message in window))
+            replies += [self._reply() for _ in window]
+        return replies
+
+    def call(self, **message: Any) -> Any:
+        return self.many([message])[0]
+
+
+@contextlib.contextmanager
+def memory_broker(source: str, *options: str) -> Iterator[tuple[int, psutil.Process]]:
+    """Run `trioq serve --memory` from `source` on a free port; yields (port, process)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1", "--port",
+               str(port), "--http-port", "0", "--memory", *options]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "listening" in line, line
+        yield port, psutil.Process(process.pid)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Run the block with extra environment variables (a broker started in it inherits them)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def queues_emptied(source: str, count: int = 300_000) -> str:
+    """`count` queues of one job each, every job cancelled; twice (the second round on new
+    names). RSS after each round and how many queues are still listed 3 s after it."""
+    figures = []
+    with environment(TRIOQ_MAX_QUEUES="1000000"), memory_broker(source) as (port, process):
+        caller = Caller(port)
+        figures.append(f"RSS {rss_mib(process):.0f} MiB at start")
+        for round_ in (1, 2):
+            names = [f"r{round_}q{n}" for n in range(count)]
+            pushes = [{"cmd": "PUSH", "queue": q, "jobId": q, "data": 1} for q in names]
+            pushed = sum(reply.get("ok") is True for reply in caller.many(pushes))
+            full = rss_mib(process)
+            cancels = [{"cmd": "Cancel", "id": q} for q in names]
+            cancelled = sum(reply.get("ok") is True for reply in caller.many(cancels))
+            time.sleep(3)
+            listed = len(caller.call(cmd="ListQueues")["queues"])
+            figures.append(
+                f"round {round_}: {pushed} pushed, RSS {full:.0f} MiB; {cancelled} cancelled,"
+                f" 3 s later RSS {rss_mib(process):.0f} MiB, {listed} queues listed"
+            )
+    return "; ".join(figures)
+
+
+def pull_fresh(source: str, count: int = 100_000) -> str:
+    """`count` PULLs with timeout 0, each on a new name: RSS before and after."""
+    with memory_broker(source) as (port, process):
+        caller = Caller(port)
+        before = rss_mib(process)
+        pulls = [{"cmd": "PULL", "queue": f"fresh{n}", "timeout": 0} for n in range(count)]
+        empty = sum(reply.get("job", 1) is None for reply in caller.many(pulls))
+        listed = len(caller.call(cmd="ListQueues")["queues"])
+        return (
+            f"{empty} of {count} answered empty; RSS {before:.0f} MiB before,"
+            f" {rss_mib(process):.0f} MiB after; {listed} queues listed"
+        )
+
+
+def deep_chain(source: str, depth: int = 100_000) -> str:
+    """A chain `depth` jobs deep with failParentOnFailure: fail its leaf, then obliterate."""
+    items = []
+    for k in range(depth):
+        item: dict[str, Any] = {"customId": f"c{k}", "data": k, "failParentOnFailure": True}
+        if k:
+            item["parentId"] = f"c{k - 1}"
+        if k < depth - 1:
+            item["dependsOn"] = [f"c{k + 1}"]
+            item["childrenIds"] = [f"c{k + 1}"]
+        items.append(item)
+    with memory_broker(source, "--keep-failed", str(2 * depth)) as (port, process):
+        caller = Caller(port)
+        began = time.perf_counter()
+        pushed = caller.call(cmd="PUSHB", queue="chain", jobs=items)
+        push_s = time.perf_counter() - began
+        leaf = caller.call(cmd="PULL", queue="chain")["job"]["id"]
+        began = time.perf_counter()
+        failed = caller.call(cmd="FAIL", id=leaf, error="boom", unrecoverable=True)
+        fail_s = time.perf_counter() - began
+        counts = caller.call(cmd="GetJobCounts", queue="chain")["counts"]
+        held = {state: n for state, n in counts.items() if n}
+        began = time.perf_counter()
+        obliterated = caller.call(cmd="Obliterate", queue="chain")
+        gone_s = time.perf_counter() - began
+        left = sum(caller.call(cmd="GetJobCounts", queue="chain")["counts"].values())
+        return (
+            f"PUSHB of {depth}: {pushed.get('error') or 'ok'} in {push_s:.1f} s;"
+            f" FAIL of the leaf: {failed.get('error') or 'ok'} in {fail_s:.2f} s, then {held};"
+            f" Obliterate: {obliterated.get('error') or 'ok'} in {gone_s:.2f} s, {left} jobs"
+            f" left; RSS {rss_mib(process):.0f} MiB"
+        )
+
+
+ENGINE_SCENARIOS = {"queues-emptied": queues_emptied, "pull-fresh": pull_fresh,
+                    "deep-chain": deep_chain}  # fmt: skip
+"""Scenarios that start their own broker (issue 29's engine bounds)."""
 
 
 def run(scenario: str, source: str, seconds: float) -> str:
     """Run one scenario against a fresh broker; returns its line of figures."""
     if scenario.startswith("unread-getjobs"):
         return run_unread(scenario, source, seconds)
+    if scenario in ENGINE_SCENARIOS:
+        return ENGINE_SCENARIOS[scenario](source)
     if scenario == "fairness":
         with broker(source) as (port, _process):
             return fairness(port, seconds)

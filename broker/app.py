@@ -78,6 +78,7 @@ class App:
             keep_failed=config.keep_failed,
             keep_completed_ms=config.keep_completed_s * 1000,
             keep_failed_ms=config.keep_failed_s * 1000,
+            max_queues=config.max_queues,
         )
 
     def wire(

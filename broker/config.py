@@ -14,6 +14,8 @@ from typing import Any
 
 import attrs
 
+from broker.engine.queues import MAX_QUEUES
+
 DB_FILE = "trioq.db"
 ENV_PREFIX = "TRIOQ_"
 
@@ -59,6 +61,9 @@ class Config:
     keep_failed: int = _setting(10_000, "failed (dead-letter) jobs kept")
     keep_completed_s: float = _setting(7 * 86_400, "seconds a completed job is kept")
     keep_failed_s: float = _setting(7 * 86_400, "seconds a failed job is kept")
+    max_queues: int = _setting(
+        MAX_QUEUES, "queues that may exist at once (a push to one more is refused)", (1, 2**31)
+    )
     shutdown_grace_s: float = _setting(5.0, "seconds in-flight replies get at shutdown")
     max_unsent_mib: int = _setting(
         1, "MiB of replies a client may leave unread before it stops being read", (1, 1 << 20)

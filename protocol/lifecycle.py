@@ -16,6 +16,7 @@ from .commands import Command, optional_finite
 from .errors import CommandError
 from .jobspec import NO_DATA, job_data
 from .values import (
+    MAX_LOG_LINE_BYTES,
     MAX_MESSAGE_LENGTH,
     at_least,
     duration,
@@ -25,6 +26,7 @@ from .values import (
     queue_name,
     required_str,
     short_str,
+    utf8_size,
 )
 
 LOG_LEVELS = ("info", "warn", "error")
@@ -43,7 +45,8 @@ class JobCommand(Command):
 
 
 class AddLog(JobCommand, tag="AddLog"):
-    """Append a log line to a job."""
+    """Append a log line to a job (at most MAX_LOG_LINE_BYTES bytes of UTF-8: a longer one
+    is refused, not cut, so the client knows its line was not kept as sent)."""
 
     message: Any = None
     level: Any = None
@@ -52,6 +55,9 @@ class AddLog(JobCommand, tag="AddLog"):
         super().__post_init__()
         if not isinstance(self.message, str):
             raise CommandError("message must be a string")
+        # Each character is at least one byte: a huge message is refused without encoding it.
+        if len(self.message) > MAX_LOG_LINE_BYTES or utf8_size(self.message) > MAX_LOG_LINE_BYTES:
+            raise CommandError(f"message too long (max {MAX_LOG_LINE_BYTES} bytes of UTF-8)")
         level = "info" if self.level is None else self.level
         if level not in LOG_LEVELS:
             raise CommandError("level must be one of info, warn, error")

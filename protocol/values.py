@@ -24,6 +24,7 @@ MAX_ID_LENGTH = 1024  # jobId, customId, uniqueKey, groupId, parentId, debounceI
 MAX_TAGS = 100
 MAX_DEPENDENCIES = 1000  # dependsOn and childrenIds, after removing duplicates
 MAX_MESSAGE_LENGTH = 4096  # a progress message
+MAX_LOG_LINE_BYTES = 64 * 1024  # an AddLog message, in bytes of UTF-8
 
 _NUMERIC_TEXT = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*|\s*[+-]?Infinity\s*")
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_\-.:]+")
@@ -150,6 +151,11 @@ def short_str(value: Any, field: str, maximum: int = MAX_ID_LENGTH) -> str | Non
     if len(value) > maximum:
         raise CommandError(f"{field} too long (max {maximum} characters)")
     return value
+
+
+def utf8_size(text: str) -> int:
+    """The length of `text` in bytes of UTF-8 (ASCII text is not encoded to count it)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def bounded_str_list(value: Any, field: str, max_items: int) -> list[str]:

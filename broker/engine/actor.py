@@ -543,7 +543,7 @@ class EngineActor:
         state = engine.state
         records_changed = (
             engine.crons.changed_crons or state.changed_settings or engine.webhooks.changed_hooks
-            or state.purge_writes or state.purge_deletes
+            or state.purge_records
         )  # fmt: skip
         if not records_changed:
             # Jobs only (a pass of pushes, pulls or acks): the four calls below, each finding

@@ -73,12 +73,15 @@ class QueueAdmin:
             self.state.graveyard.bury(queue.compact_ready())  # let go of in slices with the jobs
             self.state.changed_settings.add(queue.name)
             self.pulls.answer_empty(queue.waiters)
+            if queue.crons:  # its crons stay (CronDelete removes them): so does the queue
+                self.state.queue(queue.name).crons = queue.crons
         self.state.purge_later(removed)
         return {"ok": True}
 
     def list_queues(self, session: ReplySink, command: cmd.ListQueues, now: float) -> Reply:
-        """ListQueues: names, sorted."""
-        return {"ok": True, "queues": sorted(self.state.queues)}
+        """ListQueues: the queues that hold something, by name (one emptied in the last
+        second, not forgotten yet, is not listed: it answers as a queue that does not exist)."""
+        return {"ok": True, "queues": sorted(self.state.live_queues(now))}
 
     def clean(self, session: ReplySink, command: cmd.Clean, now: float) -> Reply:
         """Clean: remove jobs older than `grace` ms in the state named (queued by default)."""

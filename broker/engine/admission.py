@@ -16,7 +16,8 @@ def check_group_room(
 ) -> None:
     """groupMaxSize admission, all or nothing: no job may take its group's pending depth
     past its cap, counting the jobs of the same batch ahead of it."""
-    queue = state.queue(queue_name)
+    queue = state.queues.get(queue_name)
+    pending = queue.group_pending if queue is not None else {}
     adding: dict[str, int] = {}
     jobs = state.jobs
     for index, item in enumerate(items):
@@ -24,7 +25,7 @@ def check_group_room(
         custom_id = getattr(item, "customId", None) or getattr(item, "jobId", None)
         if group is None or (custom_id is not None and custom_id in jobs):
             continue
-        depth = queue.group_pending.get(group, 0) + adding.get(group, 0) + 1
+        depth = pending.get(group, 0) + adding.get(group, 0) + 1
         cap = item.groupMaxSize
         if cap is not None and depth > cap:
             prefix = f"jobs[{index}]: " if batch else ""

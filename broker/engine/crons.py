@@ -6,7 +6,8 @@ and moves `nextRun` on, in the same pass, so both are committed together. With
 the previous run is still queued or active adds nothing; an upsert removes a run of the old
 definition that is still queued (one that started runs on). After `maxLimit` fires the cron
 deletes itself. On restart a `nextRun` that passed while the broker was down moves to the next
-future time (`skipMissedOnRestart`, the default) or fires once at once.
+future time (`skipMissedOnRestart`, the default) or fires once at once. A cron keeps its queue
+(QueueState.crons): the queue exists, listed, from the cron's creation to its end.
 """
 
 from __future__ import annotations
@@ -134,8 +135,12 @@ class CronScheduler:
             cron.next_run = cron.following(now, now)
             if math.isinf(cron.next_run):
                 raise EngineError("Cron schedule has no future run")
+        self.state.admit_queues((cron.queue,))
         for previous in (old, cron):
             self._remove_queued_run(previous, now)
+        if old is not None:
+            self._let_queue_go(old)
+        self._keep_queue(cron)
         self._arm_cron(cron)
         keys = ("name", "queue", "schedule", "repeatEvery", "nextRun", "timezone")
         return {"ok": True, "cron": {key: cron.summary()[key] for key in keys}}
@@ -161,14 +166,26 @@ class CronScheduler:
 
     def cron_delete(self, session: ReplySink, command: cmd.CronDelete, now: float) -> Reply:
         """CronDelete."""
-        if self.crons.pop(command.name, None) is None:
+        cron = self.crons.pop(command.name, None)
+        if cron is None:
             raise EngineError(CRON_NOT_FOUND)
+        self._let_queue_go(cron)
         self._cron_changed(command.name)
         return {"ok": True}
 
     def cron_list(self, session: ReplySink, command: cmd.CronList, now: float) -> Reply:
         """CronList."""
         return {"ok": True, "crons": self.summaries()}
+
+    def _keep_queue(self, cron: Cron) -> None:
+        """A cron now pushes into its queue: the queue is kept (made if new)."""
+        self.state.queue(cron.queue).crons += 1
+
+    def _let_queue_go(self, cron: Cron) -> None:
+        """A cron no longer pushes into its queue: the queue may be idle now."""
+        queue = self.state.queues[cron.queue]  # kept by the cron (Obliterate keeps it too)
+        queue.crons -= 1
+        self.state.note_emptied(queue)
 
     def _cron_changed(self, name: str) -> None:
         if self.state.tracking:  # only a store needs to hear of it
@@ -189,6 +206,7 @@ class CronScheduler:
             return
         if cron.max_limit is not None and cron.executions >= cron.max_limit:
             del self.crons[cron.name]
+            self._let_queue_go(cron)
             self._cron_changed(cron.name)
             return
         key = _overlap_key(cron)
@@ -201,6 +219,7 @@ class CronScheduler:
         cron.next_run = cron.following(cron.next_run, now)
         if math.isinf(cron.next_run):  # the schedule is over
             del self.crons[cron.name]
+            self._let_queue_go(cron)
             self._cron_changed(cron.name)
             return
         self._arm_cron(cron)
@@ -216,6 +235,7 @@ class CronScheduler:
             if math.isinf(cron.next_run):
                 self._cron_changed(cron.name)  # over while the broker was down: delete it
                 continue
+            self._keep_queue(cron)
             self._arm_cron(cron)
 
     def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:

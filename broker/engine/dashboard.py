@@ -74,7 +74,7 @@ class Dashboard:
     def dashboard_queues(
         self, session: ReplySink, command: cmd.DashboardQueues, now: float
     ) -> Reply:
-        """DashboardQueues: every queue's counts."""
+        """DashboardQueues: the counts of every queue that holds something (as ListQueues)."""
         queues = [
             {
                 "name": name,
@@ -85,7 +85,7 @@ class Dashboard:
                 "dlq": queue.counts[FAILED],
                 "paused": queue.paused,
             }
-            for name, queue in sorted(self.state.queues.items())
+            for name, queue in sorted(self.state.live_queues(now).items())
         ]
         return {"ok": True, "data": {"queues": queues, "timestamp": now}}
 

@@ -88,6 +88,7 @@ class DeadLetterCommands:
     def set_dlq_config(self, session: ReplySink, command: cmd.SetDlqConfig, now: float) -> Reply:
         """SetDlqConfig: merged into the queue's, stored, and applied at once to the jobs
         already in its DLQ (caps and auto retries, see dlq.py)."""
+        self.state.admit_queues((command.queue,))
         queue = self.state.queue(command.queue)
         queue.dlq_config = {**queue.dlq_config, **command.config}
         self.state.changed_settings.add(queue.name)

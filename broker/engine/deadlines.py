@@ -30,6 +30,7 @@ TTL = "ttl"
 STALL = "stall"
 KEY_EXPIRY = "key-expiry"
 GROUP_WAKE = "group-wake"
+QUEUE_SWEEP = "queue-sweep"
 TIMEOUT_REASON = "Job timeout exceeded"
 TTL_REASON = "Job expired (ttl)"
 
@@ -81,6 +82,10 @@ class TimedState(DeadLetterState, Protocol):
 
     def emit(self, kind: str, job: Job, **extra: Any) -> None:
         """Record a job event."""
+        ...
+
+    def sweep_queues(self, now: float) -> None:
+        """Forget the queues noted as emptied that are idle."""
         ...
 
 
@@ -198,6 +203,8 @@ def _apply_timer(state: TimedState, timer: Any, now: float) -> tuple[str, Any, A
     elif timer.kind == TTL:
         if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
             state.fail(job, now, TTL_REASON, job.opts.remove_on_fail)
+    elif timer.kind == QUEUE_SWEEP:
+        state.sweep_queues(now)
     else:
         return (timer.kind, timer.target, timer.token)
     return None

@@ -54,8 +54,14 @@ class Groups:
         return None if queue is None else queue.group_settings.get(group)
 
     def _set_group(self, command: cmd.GroupQuery, key: str, value: Any) -> bool:
-        """Set (value not None) or drop one setting; True when that changed anything."""
-        queue = self.state.queue(command.queue)
+        """Set (value not None) or drop one setting; True when that changed anything. Setting
+        one may make the queue (within --max-queues); dropping one never does."""
+        queue = self.state.queues.get(command.queue)
+        if queue is None:
+            if value is None:
+                return False
+            self.state.admit_queues((command.queue,))
+            queue = self.state.queue(command.queue)
         settings = queue.group_settings.get(command.groupId, {})
         before = settings.get(key)
         if value is None:
@@ -67,6 +73,7 @@ class Groups:
         else:
             queue.group_settings.pop(command.groupId, None)
         self.state.changed_settings.add(queue.name)
+        self.state.note_emptied(queue)  # its last setting undone, it may hold nothing
         self.state.dirty_queues.add(queue)  # a lifted limit may serve parked pulls
         return before != value
 

@@ -18,11 +18,16 @@ at restart, skips the listed rows and finishes deleting them, so no half-drained
 comes back. Replying at the commit point rather than after the last slice keeps a
 connection's replies in order (a client without reqIds matches them by order) and holds no
 client up for the clean-up.
+
+Memory freed in bulk (many queues forgotten at once, with the jobs that emptied them) stays
+in the process, scattered under the C heap's top; `trim_heap` hands it back to the system.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -37,12 +42,32 @@ PURGE_SLICE = 5_000
 """Store rows deleted per pass by a large removal (SQLite: about 5 us a row)."""
 DROP_SLICE = 20_000
 """Objects let go of per pass from the graveyard (about 1 us each for a job)."""
+TRIM_AFTER = 10_000
+"""Queues a sweep must forget at once (some 30 MiB with a job each) to trim the heap after."""
 MIN_STALE = 1_024
 """Stale entries a structure may keep before it is compacted (small ones never are)."""
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[str]).decode
 _purge_numbers = itertools.count()
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except (AttributeError, OSError):
+        return None
+
+
+MALLOC_TRIM = _malloc_trim()
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free memory back to the system. Measured: 100k queues of one job each,
+    emptied and forgotten, left RSS +123 MiB; after the trim (32 ms) +17 MiB."""
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM(0)
 
 
 def worth_compacting(stale: int, size: int) -> bool:

@@ -96,6 +96,8 @@ class JobCommands:
     def push(self, session: ReplySink, command: cmd.Push, now: float) -> Reply:
         """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
         dependencies must exist."""
+        if command.queue not in self.state.queues:  # a new queue: within --max-queues?
+            self.state.admit_queues((command.queue,))
         if command.optionsGiven or command.jobId is not None:  # a plain job has nothing to check
             existing = self._admit(command, now)
             if existing is not None:
@@ -133,6 +135,7 @@ class JobCommands:
                 earlier_keys.setdefault(item.uniqueKey, item.customId)
         self._check_batch_cycles(items)
         check_group_room(self.state, queue, items, batch=True)
+        self.state.admit_queues((queue,))
         return {"ok": True, "ids": self._add_batch(queue, items, now)}
 
     def _add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:

@@ -13,6 +13,7 @@ import msgspec
 
 from protocol import lifecycle as cmd
 from protocol.jobspec import check_group_priority
+from protocol.values import utf8_size
 
 from .deadlines import WAIT_JOB
 from .errors import EngineError
@@ -33,6 +34,8 @@ from .sink import ReplySink
 from .state import EngineState
 
 MAX_LOGS = 100
+MAX_LOG_BYTES = 1024 * 1024
+"""The bytes (UTF-8) of a job's log messages together; past it the oldest lines go."""
 LOCK_INVALID = "Lock not found or invalid token"
 Reply = dict[str, Any]
 
@@ -75,7 +78,8 @@ class Lifecycle:
         return job
 
     def add_log(self, session: ReplySink, command: cmd.AddLog, now: float) -> Reply:
-        """AddLog: keep at most 100 lines (or the job's keepLogs), oldest dropped."""
+        """AddLog: keep at most 100 lines (or the job's keepLogs) and MAX_LOG_BYTES of
+        messages, the oldest dropped (a line is at most 64 KiB: protocol/lifecycle.py)."""
         job = self._job(command.id, "Job not found")
         logs = job.logs if job.logs is not None else []
         logs.append({"message": command.message, "level": command.level, "timestamp": now})
@@ -84,6 +88,9 @@ class Lifecycle:
             cap = min(cap, int(job.keep_logs))
         if len(logs) > cap:
             del logs[: len(logs) - cap]  # the oldest go
+        size = sum(utf8_size(line["message"]) for line in logs)
+        while size > MAX_LOG_BYTES:
+            size -= utf8_size(logs.pop(0)["message"])  # the oldest go
         job.logs = logs
         self.state.touch(job)
         return {"ok": True, "data": {"added": True}}

@@ -26,7 +26,7 @@ from typing import Any
 
 from protocol import commands as cmd
 
-from .deadlines import GROUP_WAKE, POLL
+from .deadlines import GROUP_WAKE, POLL, QUEUE_SWEEP
 from .model import ACTIVE, Job, next_occurrence_of, uuid7
 from .queues import JOB, QueueState, Waiter
 from .routing import Routes
@@ -70,8 +70,13 @@ class Pulls:
             waiter.done = True
             waiter.session.stage_reply(self._answer(waiter, [], []), waiter.req_id)
             # Answered polls leave the queue's deque from the front (timeouts expire
-            # roughly in arrival order), so an idle queue polled forever stays small.
-            drop_answered(self.state.queue(waiter.command.queue).waiters)
+            # roughly in arrival order), so an idle queue polled forever stays small; a
+            # queue made for polls alone is forgotten once they are answered.
+            queue = self.state.queues.get(waiter.command.queue)
+            if queue is not None:
+                drop_answered(queue.waiters)
+                if not any(queue.counts.values()):
+                    self.state.note_emptied(queue)
 
     def answer_parked(self) -> None:
         """Answer every parked long poll with no job (the broker is shutting down)."""
@@ -84,8 +89,11 @@ class Pulls:
         batch = isinstance(command, cmd.PullBatch)
         count = command.count if batch else 1  # type: ignore[attr-defined]
         state = self.state
-        queue = state.queues.get(command.queue)  # `state.queue`, inline when the queue exists
-        if queue is None:
+        queue = state.queues.get(command.queue)
+        if queue is None:  # nothing to claim: answer empty now, or make the queue to park
+            if not command.timeout:
+                return self._pulled(command, batch, [], [])
+            state.admit_queues((command.queue,))
             queue = state.queue(command.queue)
         if queue.has_ready():
             jobs, tokens = self._claim(queue, session, command, count, now)
@@ -251,4 +259,4 @@ class Pulls:
         # The served polls' timers, when they are next due (as under a steady stream of
         # long polls): gone now, the actor sleeps until a live deadline instead of waking for
         # each of them and the heap stays small.
-        self.state.wheel.drop_done(POLL)
+        self.state.wheel.drop_done(POLL, over=QUEUE_SWEEP)

@@ -14,11 +14,15 @@ cost (~3k instructions: a comparison per level of a deep heap).
 Groups: a PULL may limit how many jobs of one group run at once (`concurrency`) and how many
 may start per window (`limit: {max, duration}`). A job whose group is at its limit is passed
 over, and the jobs behind it are still served (no head-of-line blocking).
+
+A queue exists while it holds something (`QueueState.idle` says what); EngineState forgets an
+idle one (`QueueSweep`), so that a name costs nothing once its queue is empty.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from typing import Any
 
@@ -95,6 +99,11 @@ class QueueState:
     tokens_at: float = 0.0
     # Heap entries left stale by jobs that stopped being ready without being popped.
     stale: int = 0
+    # Crons that push into this queue (crons.py): they keep it.
+    crons: int = 0
+    # When the last group rate window a PULL opened closes (epoch ms): it keeps the queue
+    # until then, or a new window would start early.
+    windows_until: float = 0.0
 
     def push_ready(self, job: Job, seq: int) -> None:
         """Put a ready job on the heap (or the lane) under a fresh sequence number."""
@@ -198,8 +207,10 @@ class QueueState:
 
     def record_start(self, group: str, options: dict[str, Any], now: float) -> None:
         """Note a start for the group's rate window (only when the PULL sets a limit)."""
-        if options.get("limit") is not None:
+        limit = options.get("limit")
+        if limit is not None:
             self.group_starts.setdefault(group, deque()).append(now)
+            self.windows_until = max(self.windows_until, now + limit["duration"])
 
     # -- housekeeping --------------------------------------------------------------------------
 
@@ -225,12 +236,21 @@ class QueueState:
         self.group_pending = {g: n for g, n in self.group_pending.items() if n}
         self.group_active = {g: n for g, n in self.group_active.items() if n}
 
-    def idle(self) -> bool:
-        """No job counted in any state, nothing ready, nobody waiting, no settings."""
-        configured = bool(self.paused or self.rate_limit or self.concurrency)
-        configured = configured or bool(self.stall_config or self.dlq_config or self.group_settings)
-        busy = any(self.counts.values()) or bool(self.ready or self.lane or self.waiters)
-        return not busy and not configured
+    def configured(self) -> bool:
+        """Whether any setting differs from the defaults (then the queue has a stored record)."""
+        if self.paused or self.rate_limit is not None or self.concurrency is not None:
+            return True
+        return bool(self.stall_config or self.dlq_config or self.group_settings)
+
+    def idle(self, now: float) -> bool:
+        """Whether the queue holds nothing: no job in any state, no parked poll still to be
+        answered, no setting, no cron and no group rate window still open. Stale heap entries
+        and answered polls do not count: they go with the queue."""
+        if self.crons or self.windows_until > now or self.configured():
+            return False
+        if any(self.counts.values()):
+            return False
+        return all(waiter.done or waiter.session.closed for waiter in self.waiters)
 
     def take_token(self, now: float) -> float | None:
         """Spend one start of the rate limit; None if allowed, else when the next one comes."""
@@ -243,3 +263,22 @@ class QueueState:
             self.tokens -= 1
             return None
         return now + (1 - self.tokens) * 1000 / limit
+
+
+MAX_QUEUES = 100_000
+"""The default cap on how many queues exist at once (`--max-queues`): an empty queue object
+costs about 2.8 KiB, so some 270 MiB at the cap, far more queues than a deployment names."""
+SWEEP_DELAY_MS = 1000
+"""How long after a queue may have emptied it is looked at (and forgotten if still idle): a
+queue that empties and fills again in turn (one job at a time) is not made afresh each time."""
+
+
+@attrs.define(slots=True, eq=False)
+class QueueSweep:
+    """The cap on how many queues exist, and the queues that may have become idle since the
+    last sweep (EngineState forgets those still idle when its QUEUE_SWEEP timer fires)."""
+
+    limit: int
+    emptied: set[QueueState] = attrs.Factory(set)
+    # When the armed sweep fires (epoch ms); inf while none is armed.
+    due: float = math.inf

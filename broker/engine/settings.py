@@ -68,19 +68,31 @@ class QueueSettings:
         routes.add(cmd.GetStallConfig, self.get_stall_config)
         return routes
 
+    def _settable(self, name: str) -> QueueState:
+        """The queue a setting is given to, made if new (within --max-queues)."""
+        self.state.admit_queues((name,))
+        return self.state.queue(name)
+
+    def _changed(self, queue: QueueState) -> None:
+        """A setting of `queue` changed: store it; one undone may leave the queue idle."""
+        self.state.changed_settings.add(queue.name)
+        self.state.note_emptied(queue)
+
     def pause(self, session: ReplySink, command: cmd.Pause, now: float) -> Reply:
         """Pause: pulls get nothing from this queue until Resume (pushes still land)."""
-        queue = self.state.queue(command.queue)
+        queue = self._settable(command.queue)
         queue.paused = True
-        self.state.changed_settings.add(queue.name)
+        self._changed(queue)
         return {"ok": True}
 
     def resume(self, session: ReplySink, command: cmd.Resume, now: float) -> Reply:
-        """Resume: parked pulls are served at once."""
-        queue = self.state.queue(command.queue)
-        queue.paused = False
-        self.state.changed_settings.add(queue.name)
-        self.state.dirty_queues.add(queue)
+        """Resume: parked pulls are served at once (a queue that does not exist is not
+        paused: nothing to do)."""
+        queue = self.state.queues.get(command.queue)
+        if queue is not None:
+            queue.paused = False
+            self._changed(queue)
+            self.state.dirty_queues.add(queue)
         return {"ok": True}
 
     def is_paused(self, session: ReplySink, command: cmd.IsPaused, now: float) -> Reply:
@@ -90,27 +102,28 @@ class QueueSettings:
 
     def rate_limit(self, session: ReplySink, command: cmd.RateLimit, now: float) -> Reply:
         """RateLimit: at most `limit` jobs of the queue start per second."""
-        queue = self.state.queue(command.queue)
+        queue = self._settable(command.queue)
         queue.rate_limit = command.limit
         queue.tokens, queue.tokens_at = float(command.limit), now
-        self.state.changed_settings.add(queue.name)
+        self._changed(queue)
         return {"ok": True}
 
     def rate_limit_clear(
         self, session: ReplySink, command: cmd.RateLimitClear, now: float
     ) -> Reply:
         """RateLimitClear."""
-        queue = self.state.queue(command.queue)
-        queue.rate_limit = None
-        self.state.changed_settings.add(queue.name)
-        self.state.dirty_queues.add(queue)
+        queue = self.state.queues.get(command.queue)
+        if queue is not None:
+            queue.rate_limit = None
+            self._changed(queue)
+            self.state.dirty_queues.add(queue)
         return {"ok": True}
 
     def set_concurrency(self, session: ReplySink, command: cmd.SetConcurrency, now: float) -> Reply:
         """SetConcurrency: at most `limit` jobs of the queue active at once."""
-        queue = self.state.queue(command.queue)
+        queue = self._settable(command.queue)
         queue.concurrency = command.limit
-        self.state.changed_settings.add(queue.name)
+        self._changed(queue)
         self.state.dirty_queues.add(queue)
         return {"ok": True}
 
@@ -118,10 +131,11 @@ class QueueSettings:
         self, session: ReplySink, command: cmd.ClearConcurrency, now: float
     ) -> Reply:
         """ClearConcurrency."""
-        queue = self.state.queue(command.queue)
-        queue.concurrency = None
-        self.state.changed_settings.add(queue.name)
-        self.state.dirty_queues.add(queue)
+        queue = self.state.queues.get(command.queue)
+        if queue is not None:
+            queue.concurrency = None
+            self._changed(queue)
+            self.state.dirty_queues.add(queue)
         return {"ok": True}
 
     def set_stall_config(
@@ -129,9 +143,9 @@ class QueueSettings:
     ) -> Reply:
         """SetStallConfig: merged into the queue's (stallInterval applies to jobs without
         their own stallTimeout; maxStalls to every stall count)."""
-        queue = self.state.queue(command.queue)
+        queue = self._settable(command.queue)
         queue.stall_config = {**queue.stall_config, **command.config}
-        self.state.changed_settings.add(queue.name)
+        self._changed(queue)
         return {"ok": True}
 
     def get_stall_config(
@@ -158,6 +172,8 @@ class QueueSettings:
             queue.tokens = float(queue.rate_limit or 0)
             if queue.dlq_config:
                 apply_dlq_config(self.state, queue, now)
+            if not queue.configured():  # a record of defaults (earlier trioqs wrote them)
+                self._changed(queue)  # deleted, and the queue forgotten if it holds nothing
 
     def _stored_dlq_config(self, queue: QueueState, stored: dict[str, Any]) -> dict[str, Any]:
         """Stored DLQ settings, checked as SetDlqConfig checks them: earlier brokers stored
@@ -175,7 +191,7 @@ class QueueSettings:
         writes, deletes = [], []
         for name in self.state.changed_settings:
             queue = self.state.queues.get(name)
-            if queue is None:
+            if queue is None or not queue.configured():  # nothing to keep: no record
                 deletes.append((QUEUE, name))
             else:
                 writes.append(settings_record(queue))

@@ -10,6 +10,12 @@ failed jobs are kept (for GetJob, GetResult, jobId idempotency and
 dependency checks) up to a count and an age each; older ones are forgotten (and deleted from
 the store), driven by the timer wheel rather than a sweep.
 
+Queues. A queue exists while it holds something (a job in any state, a parked poll, a setting,
+a cron, an open group rate window: `QueueState.idle`). A read never makes one; a write that
+would (a push, a setting, a poll that parks) is refused past `max_queues` before anything
+changes (`admit_queues`). Whatever may leave a queue empty notes it (`note_emptied`), and a
+QUEUE_SWEEP timer SWEEP_DELAY_MS later forgets those still idle.
+
 Persistence. With `tracking` on, every job that enters a state (or renews its lease) is
 recorded in `changed` and every forgotten one in `deleted`; the actor writes both once per
 pass.
@@ -29,6 +35,7 @@ from .deadlines import (
     KEY_EXPIRY,
     LEASE,
     PROMOTE,
+    QUEUE_SWEEP,
     TTL_REASON,
     arm_timeout,
     arm_ttl,
@@ -36,12 +43,15 @@ from .deadlines import (
     timer_is_current,
 )
 from .dlq import enter_dead_letters
+from .errors import EngineError
 from .housekeeping import (
     DROP_SLICE,
     PURGE,
     PURGE_SLICE,
+    TRIM_AFTER,
     Graveyard,
     Purge,
+    trim_heap,
     worth_compacting,
 )
 from .keys import DEBOUNCE, UNIQUE, KeyRegistry
@@ -60,7 +70,7 @@ from .model import (
     Job,
     uuid7,
 )
-from .queues import QueueState
+from .queues import MAX_QUEUES, SWEEP_DELAY_MS, QueueState, QueueSweep
 from .retention import Retention, expire_retained, mark_finished, next_finish, retain
 from .sink import ReplySink
 from .telemetry import QueueTelemetry
@@ -76,6 +86,10 @@ KEEP_DONE_IDS = 50_000
 
 TIMELINE_FULL = MAX_TIMELINE * TIMELINE_ENTRY  # values in a timeline at its cap
 
+Failure = tuple[Job, str, bool, str]
+"""A failure still to apply in a cascade (see `EngineState.fail`): the job, its reason,
+whether it is removed rather than kept failed, and the cause passed up to its parent."""
+
 
 class EngineState:
     """All job state plus the timer wheel; pure (callers pass `now`)."""
@@ -87,10 +101,11 @@ class EngineState:
         keep_failed: int = 10_000,
         keep_completed_ms: float = 7 * 86_400_000,
         keep_failed_ms: float = 7 * 86_400_000,
+        max_queues: int = MAX_QUEUES,
     ) -> None:
-        # 29 attributes: keep them at most 30. Past that CPython 3.11 stops sharing the
-        # instance's keys and every `self.<name>` read is slower (measured with 31: +1.9k
-        # instructions a PUSH, +2% on every request).
+        # 29 attributes: keep them so. Past 30 CPython 3.11 stops sharing the instance's keys
+        # and every `self.<name>` read is slower (measured with 31: +1.9k instructions a
+        # PUSH, +2% on every request); with 30, a Count command took 300 more (+1%).
         self.jobs: dict[str, Job] = {}
         self.queues: dict[str, QueueState] = {}
         self.keys = KeyRegistry()
@@ -118,7 +133,8 @@ class EngineState:
         self.finished: list[Job] = []
         self.changed_settings: set[str] = set()
         self.totals = {"pushed": 0, "pulled": 0, "completed": 0, "failed": 0}
-        self.telemetry = QueueTelemetry()  # per-queue minute counts (Metrics {queue, type})
+        # Per-queue minute counts (Metrics {queue, type}), for as many queues as may exist.
+        self.telemetry = QueueTelemetry(max_queues)
         # Latency observers (metrics): called with ms waited before a start, ms of processing.
         self.on_start: Any = None
         self.on_complete: Any = None
@@ -130,17 +146,79 @@ class EngineState:
         self.untidy: set[Any] = set()
         self.graveyard = Graveyard()
         self.purges: list[Purge] = []
-        self.purge_writes: list[Record] = []
-        self.purge_deletes: list[tuple[str, str]] = []
+        # Purge tombstones to store: a Record to write, a (kind, key) to delete.
+        self.purge_records: list[Record | tuple[str, str]] = []
+        # The cap on queues and the queues that may have emptied (see the module docstring).
+        self.sweep = QueueSweep(max_queues)
 
     # -- lookups -------------------------------------------------------------------------------
 
     def queue(self, name: str) -> QueueState:
-        """The state of queue `name`, created on first use."""
+        """The state of queue `name`, created on first use (a command that would create it
+        for a client checks `admit_queues` first; reads use `queues.get`)."""
         queue = self.queues.get(name)
         if queue is None:
             queue = self.queues[name] = QueueState(name)
         return queue
+
+    def admit_queues(self, names: Iterable[str]) -> None:
+        """Refuse, before anything changes, a command that would make the queues past
+        `max_queues` exist (idle queues not yet swept are forgotten first, to make room)."""
+        queues = self.queues
+        names = set(names)  # (not `names - queues.keys()`: that copies every queue's name)
+        limit = self.sweep.limit
+        if len(queues) + sum(name not in queues for name in names) <= limit:
+            return
+        self.sweep_queues(self.now)  # (it may forget one of `names`, idle: counted again)
+        new = sorted(name for name in names if name not in queues)
+        if len(queues) + len(new) > limit:
+            what = f"queue {new[0]!r}" if len(new) == 1 else f"{len(new)} queues"
+            raise EngineError(
+                f"Queue limit reached: creating {what} would pass --max-queues ({limit})"
+            )
+
+    def live_queues(self, now: float) -> dict[str, QueueState]:
+        """The queues that hold something (those idle are about to be forgotten)."""
+        return {name: queue for name, queue in self.queues.items() if not queue.idle(now)}
+
+    def note_emptied(self, queue: QueueState) -> None:
+        """`queue` may hold nothing now: the next sweep looks at it (one is armed if none is)."""
+        sweep = self.sweep
+        sweep.emptied.add(queue)
+        if sweep.due == math.inf:
+            sweep.due = self.now + SWEEP_DELAY_MS
+            self.wheel.schedule(sweep.due, QUEUE_SWEEP, sweep)
+
+    def sweep_queues(self, now: float) -> None:
+        """Forget the queues noted as emptied that are idle (the QUEUE_SWEEP timer). One kept
+        only by a group rate window still open is looked at again when the window closes."""
+        sweep = self.sweep
+        if sweep.due <= now:  # its timer came (or is about to): none is armed after this
+            sweep.due = math.inf
+        emptied, sweep.emptied = sweep.emptied, set()
+        later = math.inf
+        dropped = 0
+        for queue in emptied:
+            if self.queues.get(queue.name) is not queue:
+                continue  # obliterated since (or obliterated and made again)
+            if queue.idle(now):
+                self._drop_queue(queue)
+                dropped += 1
+            elif queue.windows_until > now and queue.idle(queue.windows_until):
+                sweep.emptied.add(queue)
+                later = min(later, queue.windows_until)
+        if dropped >= TRIM_AFTER:  # memory freed in bulk: give it back (see housekeeping.py)
+            trim_heap()
+        if later < sweep.due:
+            sweep.due = later
+            self.wheel.schedule(later, QUEUE_SWEEP, sweep)
+
+    def _drop_queue(self, queue: QueueState) -> None:
+        """Forget an idle queue; its stale heap entries are let go of in slices."""
+        del self.queues[queue.name]
+        self.graveyard.bury(queue.compact_ready())
+        self.dirty_queues.discard(queue)
+        self.untidy.discard(queue)
 
     def jobs_of(self, queue: str, states: Iterable[str] | None = None) -> list[Job]:
         """The jobs of `queue` (in the given states, else all), in the order they were added."""
@@ -355,12 +433,17 @@ class EngineState:
             (self.completed if stored == COMPLETED else self.failed).add(job, job.completed_at or 0)
             self._restore_debounce_window(job, now)
         del finished
-        for n, job in enumerate(jobs, 1):
+        # The rest are not placed yet: stateless until their turn, so that a failure policy
+        # met on the way (a child past its ttl) acts only on parents already placed...
+        for job, stored in zip(jobs, stored_states, strict=True):
+            if stored not in (COMPLETED, FAILED):
+                job.state = ""
+        failed_from = len(self.finished)
+        for n, (job, stored) in enumerate(zip(jobs, stored_states, strict=True), 1):
             if n % RESTORE_SLICE == 0:
                 yield
-            if job.state in (COMPLETED, FAILED):
-                continue  # restored above, or failed by a dependency's policy just now
-            stored, job.state = job.state, ""
+            if stored in (COMPLETED, FAILED):
+                continue  # restored above
             self._take_keys(job, job.created_at)
             if stored == ACTIVE or job.attempts or job.stall_count:
                 self._end_untimed_debounce(job)
@@ -381,6 +464,9 @@ class EngineState:
                 job.last_heartbeat = max(job.last_heartbeat, now)
                 self._enter(job, ACTIVE)
                 arm_timeout(self, job, job.started_at or now)
+        # ...and, every job placed, the policies of those that failed meet their parents.
+        for job in self.finished[failed_from:]:
+            self.child_failed(job, job.failed_reason or "", now)
         self.tracking = True
         self._store_restart_changes(jobs, stored_states)
         expire_retained(self, self.completed, now)
@@ -675,11 +761,16 @@ class EngineState:
         queue.stale += stale
         if worth_compacting(queue.stale, queue.entries()):
             self.untidy.add(queue)
+        if not any(queue.counts.values()):  # its last jobs
+            self.note_emptied(queue)
 
     def _note_stale_timers(self, stale: int) -> None:
         wheel = self.wheel
         wheel.stale += stale
-        if worth_compacting(wheel.stale, len(wheel)):
+        # A queue sweep's armed timer is no job's: a wheel of job timers all stale but it is
+        # compacted as one all stale (a queue emptied job by job lets go of every job).
+        jobs_timers = len(wheel) - (self.sweep.due != math.inf)
+        if worth_compacting(wheel.stale, jobs_timers):
             self.untidy.add(wheel)
 
     def _end_activity(self, job: Job) -> None:
@@ -820,7 +911,17 @@ class EngineState:
         self.schedule(job, now)
 
     def fail(self, job: Job, now: float, reason: str, remove: bool) -> None:
-        """Terminal failure: to the dead-letter queue (failed), or forgotten."""
+        """Terminal failure: to the dead-letter queue (failed), or forgotten; then its flow
+        parent's failure policy, which may fail the parent, and so on up the chain.
+
+        The chain is walked in a loop, not by recursion: a flow may be any number of levels
+        deep, and each step leads to at most one more failure (a job has one parent)."""
+        self._fail_chain((job, reason, remove, reason), now)
+
+    def _fail_one(
+        self, job: Job, reason: str, remove: bool, cause: str, now: float
+    ) -> Failure | None:
+        """Fail one job (see `fail`); returns the failure its parent's policy calls for."""
         self._end_activity(job)
         self._free_keys(job)
         job.failed_reason = reason
@@ -829,18 +930,31 @@ class EngineState:
         self.emit("failed", job, error=reason)
         if remove:
             self.forget(job)
-            self.child_failed(job, reason, now)
-            return
+            return self._parent_policy(job, cause, now)
         job.completed_at = now
         self._enter(job, FAILED, error=reason)
         self.finished.append(job)
         mark_finished(job)
         retain(self, self.failed, job, now)
-        enter_dead_letters(self, self.queue(job.queue), job, now)
-        self.child_failed(job, reason, now)
+        enter_dead_letters(self, self.queues[job.queue], job, now)
+        return self._parent_policy(job, cause, now)
 
     def child_failed(self, child: Job, reason: str, now: float) -> None:
-        """A flow child failed for good: apply its failure policy to its waiting parent.
+        """A flow child failed for good: apply its failure policy to its waiting parent (and
+        whatever that failure leads to, see `fail`)."""
+        self._fail_chain(self._parent_policy(child, reason, now), now)
+
+    def _fail_chain(self, failure: Failure | None, now: float) -> None:
+        """Apply `failure` and every failure it leads to (see `fail`)."""
+        while failure is not None:
+            failure = self._fail_one(*failure, now)
+
+    def _parent_policy(self, child: Job, cause: str, now: float) -> Failure | None:
+        """Apply a failed child's policy to its waiting parent; returns the parent's failure
+        when the policy fails it (or releases it past its ttl), for the caller to apply.
+        `cause` is what failed the chain's first job: a parent's reason names its child and
+        that cause, not the child's own reason (down a chain of 100,000 jobs, reasons that
+        quoted each other would grow to gigabytes).
 
         failParentOnFailure fails the parent; continueParentOnFailure releases the parent at
         once, recording the error; removeDependencyOnFailure and ignoreDependencyOnFailure drop
@@ -849,34 +963,49 @@ class EngineState:
         """
         parent = self.jobs.get(child.opts.parent_id) if child.opts.parent_id else None
         if parent is None or parent.state != WAITING_CHILDREN:
-            return
+            return None
         key = f"{child.queue}:{child.id}"
+        reason = child.failed_reason or cause
         if child.opts.fail_parent_on_failure:
-            why = f"Child job {child.id} failed: {reason}"
-            self.fail(parent, now, why, parent.opts.remove_on_fail)
-        elif child.opts.continue_parent_on_failure:
+            why = f"Child job {child.id} failed: {cause}"
+            return parent, why, parent.opts.remove_on_fail, cause
+        if child.opts.continue_parent_on_failure:
             parent.child_failures = {**(parent.child_failures or {}), key: reason}
-            self.schedule(parent, now)
-        elif child.opts.remove_dependency_on_failure or child.opts.ignore_dependency_on_failure:
+            return self._release(parent, now)
+        if child.opts.remove_dependency_on_failure or child.opts.ignore_dependency_on_failure:
             if child.id not in parent.opts.depends_on:
-                return  # attached (UpdateParent) without being waited for
+                return None  # attached (UpdateParent) without being waited for
             if child.opts.ignore_dependency_on_failure:
                 parent.ignored_failures = {**(parent.ignored_failures or {}), key: reason}
-            self.drop_dependency(parent, child.id, now)
+            return self._drop_dependency(parent, child.id, now)
+        return None
+
+    def _release(self, job: Job, now: float) -> Failure | None:
+        """`schedule` a job that stops waiting, except that one past its ttl is returned as
+        the failure it is due (for the caller's loop, see `fail`)."""
+        if job.opts.ttl and now >= job.created_at + job.opts.ttl:
+            return job, TTL_REASON, job.opts.remove_on_fail, TTL_REASON
+        self.schedule(job, now)
+        return None
 
     def drop_dependency(self, parent: Job, dep_id: str, now: float) -> None:
         """A waiting job stops waiting for `dep_id` (not completed); it is scheduled once
         nothing else is pending. The edge goes for good (stored), so neither a restart nor the
         dependency's completion later counts it again."""
+        self._fail_chain(self._drop_dependency(parent, dep_id, now), now)
+
+    def _drop_dependency(self, parent: Job, dep_id: str, now: float) -> Failure | None:
+        """`drop_dependency`; returns the parent's failure when it is released past its ttl."""
         parent.depends_on = [dep for dep in parent.opts.depends_on if dep != dep_id]
         self.touch(parent)
         waiting = self.dependents.get(dep_id)
         if not waiting or parent.id not in waiting:
-            return  # it completed once (then ran again): no longer among the pending ones
+            return None  # it completed once (then ran again): no longer among the pending ones
         waiting.remove(parent.id)
         parent.pending_deps -= 1
         if parent.pending_deps <= 0:
-            self.schedule(parent, now)
+            return self._release(parent, now)
+        return None
 
     def wait_for_children(self, job: Job, now: float) -> None:
         """An active job gives up its activation to wait for its unfinished dependencies
@@ -903,11 +1032,17 @@ class EngineState:
     def forget(self, job: Job) -> None:
         """Drop a job entirely: its tallies, its timers (counted stale), its store row. No
         event: the caller decides what the client hears (removed, retention, removeOn...)."""
-        if job.state == COMPLETED:
+        state = job.state
+        if state == COMPLETED:
             self._remember_done(job.id)
         self._timers_left_behind(job)
-        if job.state:
-            self._leave(self.queue(job.queue), job)
+        if state:
+            queue = self.queues[job.queue]
+            self._leave(queue, job)
+            counts = queue.counts
+            # Perhaps its last job (the sweep looks closer): none left in its state or active.
+            if not counts[state] and not counts[ACTIVE]:
+                self.note_emptied(queue)
         self.finished.append(job)
         job.state = ""
         del self.jobs[job.id]
@@ -939,8 +1074,10 @@ class EngineState:
                 ttl_timers += 1
             if job.queue != name:
                 name = job.queue
-                counts = self.queue(name).counts
+                counts = self.queues[name].counts
             counts[COMPLETED] -= 1
+            if not counts[COMPLETED] and not counts[ACTIVE]:  # perhaps the queue's last job
+                self.note_emptied(self.queues[name])
             finished(job)
             job.state = ""
             del live[job_id]
@@ -976,7 +1113,7 @@ class EngineState:
         self.deleted.difference_update(ids)
         purge = Purge.new(ids)
         self.purges.append(purge)
-        self.purge_writes.append(purge.tombstone())
+        self.purge_records.append(purge.tombstone())
 
     def _finish_purges_of(self, job_id: str) -> None:
         """A job is pushed under an id a purge has yet to delete from the store: finish that
@@ -991,13 +1128,14 @@ class EngineState:
         self.deleted.update(chunk)
         if not purge.ids:
             self.purges.remove(purge)
-            self.purge_deletes.append((PURGE, purge.key))
+            self.purge_records.append((PURGE, purge.key))
         return len(chunk)
 
     def take_purge_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Tombstones to write and to delete since the last commit."""
-        writes, deletes = self.purge_writes, self.purge_deletes
-        self.purge_writes, self.purge_deletes = [], []
+        records, self.purge_records = self.purge_records, []
+        writes = [record for record in records if isinstance(record, Record)]
+        deletes = [record for record in records if not isinstance(record, Record)]
         return writes, deletes
 
     def housekeeping_due(self) -> bool:
@@ -1017,14 +1155,11 @@ class EngineState:
         self.graveyard.drop_slice(DROP_SLICE)
 
     def compact(self) -> None:
-        """Prune stale heap and timer entries and forget idle, empty queues (CompactMemory)."""
-        for name, queue in list(self.queues.items()):
+        """Prune stale heap and timer entries and forget idle queues at once (CompactMemory)."""
+        for queue in list(self.queues.values()):
             queue.compact()
-            if queue.idle():
-                del self.queues[name]
-                # A queue whose settings were all undone may still have a stored record (of
-                # defaults): delete it too, or a restart would bring the forgotten queue back.
-                self.changed_settings.add(name)
+            if queue.idle(self.now):
+                self._drop_queue(queue)
         self.wheel.compact(self._timer_is_current)
         self.completed.compact()
         self.failed.compact()

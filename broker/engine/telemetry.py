@@ -68,10 +68,17 @@ class MinuteCounts:
         }
 
 
-class QueueTelemetry:
-    """Minute counts for every queue that finished a job."""
+FORGET_SHARE = 10
+"""Past its limit, QueueTelemetry forgets this fraction (1/10) of its queues at once."""
 
-    def __init__(self) -> None:
+
+class QueueTelemetry:
+    """Minute counts for every queue that finished a job, up to `limit` queues. They outlive
+    their queue (a queue whose jobs are removed as they complete is forgotten when empty, and
+    its counts still matter); past `limit`, the tenth whose last finish is oldest go."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self.queues: dict[str, dict[str, MinuteCounts]] = {}
 
     def record(self, queue: str, kind: str, now: float, count: int = 1) -> None:
@@ -79,11 +86,25 @@ class QueueTelemetry:
         "failed") at `now`."""
         kinds = self.queues.get(queue)
         if kinds is None:
+            if len(self.queues) >= self.limit:
+                self._forget_oldest()
             kinds = self.queues[queue] = {}
         counts = kinds.get(kind)
         if counts is None:
             counts = kinds[kind] = MinuteCounts()
         counts.record(now, count)
+
+    def _forget_oldest(self) -> None:
+        """Forget the tenth of the queues (at least one) whose last finish is oldest: a sort
+        per tenth of `limit` new queues, not a scan per new queue."""
+        queues = self.queues
+
+        def last_finish(name: str) -> float:
+            return max(counts.prev_ts for counts in queues[name].values())
+
+        oldest = sorted(queues, key=last_finish)[: max(len(queues) // FORGET_SHARE, 1)]
+        for name in oldest:
+            del queues[name]
 
     def view(self, queue: str, kind: str, start: int, end: int) -> dict[str, Any]:
         """The counts of `queue` for `kind` (empty when it never finished one)."""

@@ -49,13 +49,18 @@ class TimerWheel:
         entry = _new_tuple(Timer, (at_ms, next(self._seq), kind, target, token))
         heapq.heappush(self.heap, entry)
 
-    def drop_done(self, kind: str) -> None:
+    def drop_done(self, kind: str, over: str = "") -> None:
         """Pop the timers of `kind` at the top of the heap whose target is `done` (lazy
         deletion, done early for the top): a served long poll leaves its timer behind, and
-        left there the actor would wake for it when it falls due."""
+        left there the actor would wake for it when it falls due. A timer of kind `over` at
+        the top is looked under (taken off, then put back): one such timer, armed for a
+        while, would otherwise keep every poll served meanwhile in the heap."""
         heap = self.heap
+        held = heapq.heappop(heap) if over and heap and heap[0].kind == over else None
         while heap and heap[0].kind == kind and heap[0].target.done:
             heapq.heappop(heap)
+        if held is not None:
+            heapq.heappush(heap, held)
 
     def compact(self, is_current: Any) -> list[Timer]:
         """Keep only the timers `is_current(timer)` approves (lazy deletion's bulk prune);

@@ -184,7 +184,7 @@ async def test_without_a_store_a_large_drain_keeps_no_ids(
     await trio.testing.wait_all_tasks_blocked()
     assert app.actor is not None
     state = app.actor.engine.state
-    assert (state.purges, state.purge_writes, state.deleted) == ([], [], set())
+    assert (state.purges, state.purge_records, state.deleted) == ([], [], set())
 
 
 async def test_large_drain_lets_other_clients_through(

@@ -380,11 +380,11 @@ async def test_what_a_restart_changes_is_stored_before_the_first_command() -> No
 
     await EngineActor(Engine(EngineState(keep_completed=1)), Clock(EPOCH_MS), store).restore()
     # The held job is waiting again (a durable job: committed synchronously), the completed
-    # job past the lower cap is gone, the invalid setting is corrected and the cron deleted.
+    # job past the lower cap is gone, the invalid setting is dropped (all defaults: no
+    # record is kept) and the cron deleted.
     assert sorted(row.state for row in store.rows.values()) == ["completed", "waiting"]
     assert store.synced_commits == synced + 1
-    stored = msgspec.msgpack.decode(store.records[("queue", "d")].body)
-    assert stored["dlqConfig"] == {}
+    assert ("queue", "d") not in store.records
     assert ("cron", "over") not in store.records
 
 
