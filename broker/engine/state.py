@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -355,12 +356,29 @@ class EngineState:
             (self.completed if stored == COMPLETED else self.failed).add(job, job.completed_at or 0)
             self._restore_debounce_window(job, now)
         del finished
+        queues, seqs = self.queues, self._seq
         for n, job in enumerate(jobs, 1):
             if n % RESTORE_SLICE == 0:
                 yield
-            if job.state in (COMPLETED, FAILED):
+            stored, opts = job.state, job.opts
+            if (
+                stored in READY_STATES and job.run_at <= now and opts.group_id is None
+                and opts.unique_key is None and opts.debounce_id is None and not opts.ttl
+            ):  # fmt: skip
+                # Most stored jobs: ready, with no key, ttl or group to take again. What
+                # `schedule` would do, inline (a million jobs paid five calls each): ready
+                # again, its timeline already ending with that state.
+                state = PRIORITIZED if opts.priority > 0 else WAITING
+                timeline = job.timeline
+                if timeline and timeline[-TIMELINE_ENTRY] == state:
+                    queue = queues.get(job.queue) or self.queue(job.queue)
+                    job.state = state
+                    queue.counts[state] += 1
+                    queue.push_ready(job, next(seqs))
+                    continue
+            if stored in (COMPLETED, FAILED):
                 continue  # restored above, or failed by a dependency's policy just now
-            stored, job.state = job.state, ""
+            job.state = ""
             self._take_keys(job, job.created_at)
             if stored == ACTIVE or job.attempts or job.stall_count:
                 self._end_untimed_debounce(job)
@@ -407,6 +425,8 @@ class EngineState:
         """What the restart itself changed (a job requeued, one whose ttl ran out while the
         broker was down, one that went away) is written back, so the store agrees."""
         for loaded, stored in zip(jobs, stored_states, strict=True):
+            if loaded.state == stored:
+                continue  # still held (a job forgotten since has no state), as stored
             job_id = loaded.id
             job = self.jobs.get(job_id)
             if job is None:
@@ -1043,9 +1063,5 @@ class EngineState:
     # -- timers --------------------------------------------------------------------------------
 
 
-def _job_id(job: Job) -> str:
-    return job.id
-
-
-def _created_at(job: Job) -> float:
-    return job.created_at
+_job_id = operator.attrgetter("id")
+_created_at = operator.attrgetter("created_at")
