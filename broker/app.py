@@ -1,7 +1,8 @@
 """The application: the engine actor and the TCP server under one root nursery.
 
-Start-up runs in steps: open the HTTP port (`/ready` answers 503), restore the engine from the
-store, start the engine actor, open the TCP port, report ready.
+Start-up runs in steps: open the HTTP port (`/ready` answers 503) and the TCP port (Ping is
+answered; commands wait for the load, at most EngineActor's LOADING_HOLD_S), restore the engine
+from the store, start the engine actor, report ready.
 
 Shutdown runs in layers: stop accepting, answer parked long polls, give in-flight replies a
 grace period, close the connections (each tells the engine, which releases its jobs), then close
@@ -108,18 +109,20 @@ class App:
         http = self.http = HttpServer(actor, metrics, config.auth_tokens)
         async with trio.open_nursery() as nursery:
             async with trio.open_nursery() as servers:
-                # Start-up order: the HTTP port first, answering /ready with 503 while the
-                # engine restores from the store; then the engine; then the TCP port.
+                # Start-up order: both ports at once (issue 29: a restart on a million jobs
+                # kept them shut for 14 s, as if the broker were gone), answering Ping,
+                # /health and /ready (503) while the engine restores from the store; commands
+                # wait for the load (EngineActor.submit). Then the engine runs: ready.
                 if config.http_port:
                     self.http_listeners = await servers.start(
                         http.run, config.host, config.http_port
                     )
+                listeners = await servers.start(tcp.run, config.host, config.port)
+                task_status.started(listeners)
                 await actor.restore()
                 await nursery.start(actor.run)
                 servers.start_soon(dispatcher.run)  # cancelled with the servers at shutdown
-                listeners = await servers.start(tcp.run, config.host, config.port)
                 http.ready = True
-                task_status.started(listeners)
                 await self.stopped.wait()
                 http.ready = False
                 tcp.stop_accepting()

@@ -123,6 +123,7 @@ class RoleLoop:
         if not self.store.advertise:
             self.store.advertise = advertised_address(config.host, listeners)
         idle = EngineActor(Engine(app.new_state()), self._clock)  # what standby HTTP shows
+        idle.loaded.set()  # nothing to load: standby pages answer at once
         metrics = Metrics(idle.engine.state, lambda: 0, self.role_of)
         http = HttpServer(idle, metrics, config.auth_tokens)
         http.role_status = self.status

@@ -32,7 +32,7 @@ from protocol import Rejected
 from store import StoreError
 
 from .. import __version__
-from ..engine.actor import EngineActor
+from ..engine.actor import LOADING, EngineActor
 from ..metrics import CONTENT_TYPE, Metrics
 from . import sse
 from .dashboard import Collector, StaticFiles, flag, heap_stats, page_bounds
@@ -248,7 +248,11 @@ class HttpServer:
         if path not in OPEN_PATHS and not self._authorized(request):
             return error(401, "Unauthorized")
         page = self._pages.get(path) if method == "GET" else None
-        if page is not None and (path in OPEN_PATHS or self._serving()):
+        if page is not None and path in OPEN_PATHS:
+            return await page()
+        if not self.actor.loaded.is_set():  # at once: an HTTP client knows what 503 means
+            return error(503, LOADING)
+        if page is not None and self._serving():
             return await page()
         if not self._serving():
             active = self.role_status() if self.role_status else {}
@@ -435,7 +439,7 @@ class HttpServer:
         state = self.actor.engine.state
         return {
             "ok": True,
-            "status": "healthy",
+            "status": "healthy" if self.actor.loaded.is_set() else "loading",
             "version": __version__,
             "uptime": self._uptime_s(),
             "queues": len(state.queues),
