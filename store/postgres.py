@@ -125,10 +125,12 @@ SELECT {s}.commit_pass(%b::bigint, %b::boolean,
 # The lease holder is the only writer, so the pages see stable data.
 SELECT_JOBS = "SELECT id, queue, state, body FROM {s}.jobs WHERE id > %s ORDER BY id LIMIT %s"
 SELECT_RECORDS = "SELECT kind, key, body FROM {s}.records"
+# `gone`: a live holder the taker proved gone (broker/identity.py), compared in the same
+# statement, so that the lease is taken from that holder only, never from one that took it since.
 TAKE_LEASE = """
 UPDATE {s}.lease SET epoch = epoch + 1, holder = %(holder)s, address = %(address)s,
     expires_at = now() + make_interval(secs => %(ttl)s)
-WHERE id = 1 AND (expires_at <= now() OR holder IS NULL)
+WHERE id = 1 AND (expires_at <= now() OR holder IS NULL OR holder = %(gone)s)
 RETURNING epoch
 """
 # clock_timestamp(), not now(): a renewal sent while a long scan's transaction is open (the
@@ -186,7 +188,8 @@ class PostgresStore:
         self.schema = schema
         self.lease_ttl_s = lease_ttl_s
         self.advertise = advertise
-        self.holder = secrets.token_hex(8)  # this store instance, as the lease row names it
+        self.holder = secrets.token_hex(8)
+        """This store's broker as the lease row names it (the role loop sets its identity)."""
         self.epoch: int | None = None  # the epoch of the lease held, None when none is
         self._fenced = False
         self._sql = self._statements()
@@ -298,12 +301,16 @@ class PostgresStore:
 
     # -- the lease ----------------------------------------------------------------------------
 
-    def acquire_lease(self) -> bool:
-        """Take the lease if it is free or expired (by the database's clock); True when this
-        store now holds it under a new epoch. A lock wait that times out counts as not taken."""
+    def acquire_lease(self, gone: str | None = None) -> bool:
+        """Take the lease if it is free or expired (by the database's clock), or still held by
+        `gone`, a holder the caller proved gone; True when this store now holds it under a new
+        epoch. A lock wait that times out counts as not taken."""
         if self.epoch is not None:
             return True
-        params = {"holder": self.holder, "address": self.advertise, "ttl": self.lease_ttl_s}
+        params = {
+            "holder": self.holder, "address": self.advertise, "ttl": self.lease_ttl_s,
+            "gone": gone,
+        }  # fmt: skip
         try:
             taken = self._connection().execute(self._sql["take"], params).fetchone()
         except psycopg.errors.LockNotAvailable:

@@ -16,6 +16,7 @@ from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
 from broker.engine.actor import LOADING, LOADING_HOLD_S, EngineActor
+from store import open_postgres
 from store.memory import MemoryStore
 from tests.conftest import EPOCH_MS, memory_connector
 from tests.engine.test_housekeeping import stored_job
@@ -129,3 +130,29 @@ async def test_the_tcp_port_accepts_and_answers_ping_on_real_sockets_while_loadi
         assert (await waiting.call("Ping"))["ok"] is True
         await waiting.aclose()
     app.shutdown()
+
+
+async def test_a_postgresql_broker_taking_the_lease_answers_ping_while_it_loads(
+    monkeypatch: pytest.MonkeyPatch, postgres_server: Any, pg_schema: str
+) -> None:
+    # Its active term takes TCP clients before it restores, as a single broker does.
+    gate = Gate(monkeypatch)
+    store = open_postgres(postgres_server.url, pg_schema)
+    config = Config(host="127.0.0.1", port=0, http_port=0, postgres_url=postgres_server.url,
+                    pg_schema=pg_schema)  # fmt: skip
+    app = App(config, store, clock=Clock(EPOCH_MS))
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:  # ends when the broker has stopped
+                listeners = await nursery.start(app.run)
+                assert gate.loading.is_set() and not gate.open.is_set()
+                place = listeners[0].socket.getsockname()
+                client = FrameClient(await trio.open_tcp_stream(*place))
+                assert (await client.call("Ping"))["ok"] is True
+                await client.send({"cmd": "PUSH", "queue": "q", "data": 1, "reqId": "held"})
+                gate.open.set()
+                assert (await client.receive())["ok"] is True
+                await client.aclose()
+                app.shutdown()
+    finally:
+        store.close()
