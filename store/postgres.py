@@ -124,6 +124,7 @@ SELECT {s}.commit_pass(%b::bigint, %b::boolean,
 # first long pause (a GC), and make a lease renewal sent meanwhile keep the lease row locked.
 # The lease holder is the only writer, so the pages see stable data.
 SELECT_JOBS = "SELECT id, queue, state, body FROM {s}.jobs WHERE id > %s ORDER BY id LIMIT %s"
+SELECT_BODIES = "SELECT id, body FROM {s}.jobs WHERE id > %s ORDER BY id LIMIT %s"
 SELECT_RECORDS = "SELECT kind, key, body FROM {s}.records"
 # `gone`: a live holder the taker proved gone (broker/identity.py), compared in the same
 # statement, so that the lease is taken from that holder only, never from one that took it since.
@@ -200,7 +201,8 @@ class PostgresStore:
     def _statements(self) -> dict[str, sql.Composed]:
         quoted = sql.Identifier(self.schema)
         texts = {
-            "commit": COMMIT, "jobs": SELECT_JOBS, "records": SELECT_RECORDS,
+            "commit": COMMIT, "jobs": SELECT_JOBS, "bodies": SELECT_BODIES,
+            "records": SELECT_RECORDS,
             "take": TAKE_LEASE, "renew": RENEW_LEASE, "release": RELEASE_LEASE,
             "read": READ_LEASE, "create": CREATE,
         }  # fmt: skip
@@ -367,15 +369,28 @@ class PostgresStore:
         pages (the caller may pause between rows, and renew the lease meanwhile). The rows come
         in binary: in text every body is hex-escaped on the wire and decoded back (measured on
         100,000 jobs: 0.86 s for the scan in binary against 1.2 s in text)."""
+        for page in self._pages("jobs"):
+            for job_id, queue, state, body in page:
+                yield JobRow(job_id, queue, state, bytes(body))
+
+    def scan_bodies(self) -> Iterator[bytes]:
+        """The body of every stored job, in pages as `scan_jobs`."""
+        for page in self._pages("bodies"):
+            for _, body in page:
+                yield bytes(body)
+
+    def _pages(self, statement: str) -> Iterator[list[Any]]:
+        """The rows of a keyset-paged statement (id first), SCAN_BATCH at a time."""
         last = ""
         while True:
             try:
                 conn = self._connection()
-                page = conn.execute(self._sql["jobs"], [last, SCAN_BATCH], binary=True).fetchall()
+                page = conn.execute(
+                    self._sql[statement], [last, SCAN_BATCH], binary=True
+                ).fetchall()
             except psycopg.Error as exc:
                 raise self._fail(exc) from None
-            for job_id, queue, state, body in page:
-                yield JobRow(job_id, queue, state, bytes(body))
+            yield page
             if len(page) < SCAN_BATCH:
                 return
             last = page[-1][0]

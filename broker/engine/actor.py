@@ -169,12 +169,12 @@ class EngineActor:
         jobs: list[Job] = []
         held: set[str] = set()
         load = RowLoader().load
-        for n, row in enumerate(store.scan_jobs(), 1):
+        for n, body in enumerate(store.scan_bodies(), 1):
             if n % LOAD_SLICE == 0:
                 await trio.lowlevel.checkpoint()
-            if skipped and row.id in skipped:
+            job, was_held = load(body)
+            if skipped and job.id in skipped:
                 continue
-            job, was_held = load(row)
             jobs.append(job)
             if was_held:
                 held.add(job.id)

@@ -154,9 +154,8 @@ class RowLoader:
         self._tail: bytes | None = None
         self._template: tuple[Any, ...] = ()
 
-    def load(self, row: JobRow) -> tuple[Job, bool]:
-        """The Job a row stores, and whether it was held by a connection when written."""
-        raw = row.body
+    def load(self, raw: bytes) -> tuple[Job, bool]:
+        """The Job a row's body stores, and whether it was held by a connection when written."""
         tail = self._tail
         if tail is not None and raw.endswith(tail) and raw.startswith(_HEADER):
             try:
@@ -183,7 +182,7 @@ class RowLoader:
                 job.timeline = timeline
                 return job, held
         body = _decode(raw)
-        job, held = _job_of_body(row.id, body)
+        job, held = _job_of_body(body)
         if len(body) == len(PERSISTED) + 2 and _may_be_template(body, job):
             self._remember(raw, body, job)
         return job, held
@@ -216,12 +215,13 @@ def _may_be_template(body: list[Any], job: Job) -> bool:
 
 def job_from_row(row: JobRow) -> tuple[Job, bool]:
     """The Job a row stores, and whether it was held by a connection when written."""
-    return _job_of_body(row.id, _decode(row.body))
+    return _job_of_body(_decode(row.body))
 
 
-def _job_of_body(job_id: str, body: list[Any]) -> tuple[Job, bool]:
-    """The Job of a decoded row (`job_id` names it in errors)."""
+def _job_of_body(body: list[Any]) -> tuple[Job, bool]:
+    """The Job of a decoded row body."""
     if body[0] != FORMAT:
+        job_id = body[2] if len(body) > 2 else "?"  # every format so far puts the id there
         raise ValueError(f"job {job_id}: unknown row format {body[0]}")
     if len(body) == len(PERSISTED) + 2:  # a row of this version: the compiled path
         return _job_of(body), bool(body[1])

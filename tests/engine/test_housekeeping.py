@@ -332,12 +332,12 @@ class WatchedStore(MemoryStore):
         self.app: App | None = None
         self.seen: list[tuple[bool, bool, bool]] = []
 
-    def scan_jobs(self) -> Iterator[JobRow]:
-        for row in super().scan_jobs():
+    def scan_bodies(self) -> Iterator[bytes]:
+        for body in super().scan_bodies():
             app = self.app
             assert app is not None and app.http is not None
             self.seen.append((bool(app.http_listeners), app.http.ready, app.tcp is not None))
-            yield row
+            yield body
 
 
 async def test_http_port_opens_first_and_is_not_ready_while_loading(

@@ -248,7 +248,7 @@ def test_jobs_loaded_from_the_rows_of_pushes_hold_no_more_memory_than_pushed_one
         job.created_at = job.run_at = job.last_heartbeat = EPOCH_MS  # as a live push: one now
         job.timeline = live[0].timeline
     load = RowLoader().load
-    loaded = [load(row)[0] for row in rows]
+    loaded = [load(row.body)[0] for row in rows]
     assert held_bytes(loaded) <= held_bytes(live) * 1.02
     first, last = loaded[0], loaded[499]  # one PUSHB's first and last job
     assert first.timeline is last.timeline and first.opts is last.opts
@@ -283,13 +283,13 @@ def test_every_row_loads_as_the_full_decoding_would_whatever_came_before_it() ->
     load = RowLoader().load
     for row in [*rows, *variants, *variants[::-1], *rows]:
         expected, expected_held = job_from_row(row)
-        loaded, held = load(row)
+        loaded, held = load(row.body)
         assert held is expected_held
         for name in PERSISTED:
             value = getattr(loaded, name)
             assert value == getattr(expected, name), name
             assert type(value) is type(getattr(expected, name)), name
-    one, other = load(variants[1]), load(variants[1])  # no list or dict is shared
+    one, other = load(variants[1].body), load(variants[1].body)  # no list or dict is shared
     for name in ("logs", "repeat"):
         if getattr(one[0], name) is not None:
             assert getattr(one[0], name) is not getattr(other[0], name)
@@ -301,6 +301,6 @@ def test_a_job_owning_a_list_never_lends_it_to_the_next_row() -> None:
         job.logs = [{"message": "m", "level": "info", "timestamp": EPOCH_MS}]
         job.timeline = ("waiting", EPOCH_MS, None)
     load = RowLoader().load
-    loaded = [load(job_to_row(job))[0] for job in (first, second, first)]
+    loaded = [load(job_to_row(job).body)[0] for job in (first, second, first)]
     assert loaded[0].logs == loaded[1].logs and loaded[0].logs is not loaded[1].logs
     assert loaded[1].logs is not loaded[2].logs
