@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import msgspec
 import pytest
 import trio
@@ -20,6 +21,8 @@ from broker.forwarding import (
     connects_to_itself,
     error_frames,
 )
+from broker.identity import this_process
+from store.postgres import Lease
 from tests.support.client import FrameClient
 
 TARGET = "127.0.0.1:9"
@@ -173,3 +176,34 @@ async def test_past_the_waiting_cap_a_client_is_turned_away_at_once(
         with pytest.raises(EOFError):
             await client.receive()
         await client.aclose()
+
+
+def standby_named(listening: str) -> ha.RoleLoop:
+    """A role loop (in standby) whose process listens on `listening`."""
+    loop = ha.RoleLoop(Stub(), Stub())  # type: ignore[arg-type]
+    loop.identity = attrs.evolve(this_process([listening]), nonce="successor")
+    loop.forwarder = Forwarder([], {listening}, wait_s=20)
+    return loop
+
+
+async def test_a_standby_takes_a_live_lease_at_once_only_from_its_gone_predecessor() -> None:
+    loop = standby_named("127.0.0.1:6801")
+    assert loop.identity is not None
+    gone = attrs.evolve(loop.identity, pid=2**22 + 1, start="1", nonce="predecessor").text()
+    assert loop._gone_predecessor(Lease(7, gone, "127.0.0.1:6801", 9.0)) == gone
+    assert loop._gone_predecessor(Lease(7, gone, "127.0.0.1:6801", -1.0)) is None  # expired:
+    # taken as any expired lease is
+    elsewhere = attrs.evolve(loop.identity, listen=("127.0.0.1:6802",), nonce="other").text()
+    assert loop._gone_predecessor(Lease(7, elsewhere, "127.0.0.1:6802", 9.0)) is None
+    assert loop._gone_predecessor(Lease(7, "3f9a0c1d2e4b5a6c", "127.0.0.1:6801", 9.0)) is None
+
+
+async def test_a_standby_never_takes_its_own_address_for_the_active_brokers() -> None:
+    loop = standby_named("127.0.0.1:6801")
+    loop._observe(Lease(7, "another-machine", "127.0.0.1:6801", 9.0))
+    assert (loop.epoch, loop.active_address, loop.status()["active"]) == (7, None, None)
+    assert loop._why_no_active(20) == f"{NO_ACTIVE} within 20 s (the lease still names this broker)"
+    loop._observe(Lease(8, "another-machine", "10.0.0.2:6801", 9.0))
+    assert (loop.epoch, loop.active_address) == (8, "10.0.0.2:6801")
+    loop._observe(Lease(8, "another-machine", "10.0.0.2:6801", -1.0))  # expired: none active
+    assert loop.active_address is None
