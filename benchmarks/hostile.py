@@ -26,6 +26,15 @@ one), runs its clients for a bounded time and prints one line of figures, with t
   deep-chain   a chain of 100,000 jobs (PUSHB), each a child of the one before it with
                failParentOnFailure; its leaf is pulled and failed, then the queue obliterated:
                the time and the outcome of each.
+  restart-1m   sqlite mode, fixed ports: 1,000,000 jobs pushed (PUSHB), kill -9, the same
+               command again; seconds from the new process's start until the TCP port answers a
+               Ping and /health answers, until a PULL sent at once is served, and the broker's
+               RSS before the kill and once served (`--jobs` changes the count).
+  restart-same postgres mode (a private server), fixed ports, 32 clients pushing in a loop
+               (reconnecting when closed): kill -9, the same command again; seconds from the
+               new process's start until its port accepts, until the first and the last client
+               is served again; the new broker's open files at most (sampled every 50 ms for
+               `--seconds`) and the error replies the clients heard.
 """
 
 from __future__ import annotations
@@ -485,8 +494,295 @@ ENGINE_SCENARIOS = {"queues-emptied": queues_emptied, "pull-fresh": pull_fresh,
 """Scenarios that start their own broker (issue 29's engine bounds)."""
 
 
-def run(scenario: str, source: str, seconds: float) -> str:
+# -- restarts (issue 29) --------------------------------------------------------------------------
+
+RESTART_BATCH = 1000  # jobs per PUSHB while filling the store
+
+
+def free_tcp_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class BlockingFrames:
+    """A blocking loopback connection that sends frames and reads whole replies."""
+
+    def __init__(self, port: int, timeout: float = 60.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
+    def send(self, *messages: dict[str, Any]) -> None:
+        """Send the messages in one write."""
+        self.sock.sendall(b"".join(frame(message) for message in messages))
+
+    def receive(self) -> Any:
+        """The next reply, decoded."""
+        while len(self.buffer) < 4 or len(self.buffer) < 4 + int.from_bytes(self.buffer[:4], "big"):
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise EOFError("closed by the broker")
+            self.buffer += chunk
+        size = int.from_bytes(self.buffer[:4], "big")
+        payload, self.buffer = self.buffer[4 : 4 + size], self.buffer[4 + size :]
+        return msgspec.msgpack.decode(payload)
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close()
+
+
+def fill(port: int, jobs: int, queue: str = "stored") -> None:
+    """PUSHB `jobs` small jobs, four batches in flight."""
+    client = BlockingFrames(port)
+    window, sent, answered = 4, 0, 0
+    while answered < jobs:
+        while sent < jobs and sent - answered < window * RESTART_BATCH:
+            count = min(RESTART_BATCH, jobs - sent)
+            items = [{"name": "stored", "data": {"n": sent + i, "pad": "x" * 40}}
+                     for i in range(count)]  # fmt: skip
+            client.send({"cmd": "PUSHB", "queue": queue, "jobs": items})
+            sent += count
+        reply = client.receive()
+        assert reply.get("ok"), reply
+        answered += len(reply["ids"])
+    client.close()
+
+
+def http_answers(port: int, path: str) -> int | None:
+    """The status of GET `path` on the HTTP port, or None while it does not answer."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            head = sock.recv(64)
+    except OSError:
+        return None
+    return int(head.split()[1]) if head.startswith(b"HTTP/1.1 ") else None
+
+
+def ping_answers(port: int) -> bool:
+    """Whether a fresh connection's Ping is answered within a second."""
+    try:
+        client = BlockingFrames(port, timeout=1)
+        try:
+            client.send({"cmd": "Ping", "reqId": "p"})
+            return bool(client.receive().get("ok"))
+        finally:
+            client.close()
+    except (OSError, EOFError):
+        return False
+
+
+def serve_command(source: str, port: int, http_port: int, *options: str) -> list[str]:
+    """`trioq serve` on fixed loopback ports (what a process supervisor runs again)."""
+    command = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1"]
+    return [*command, "--port", str(port), "--http-port", str(http_port), *options]
+
+
+def restart_timeline(
+    command: list[str], source: str, port: int, http_port: int, queue: str
+) -> tuple[subprocess.Popen[str], dict[str, float]]:
+    """Start `command` and time, from its start: a Ping answered, /health answered, /ready 200,
+    and a PULL sent as soon as the TCP port accepted served with a job."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True
+    )
+    marks: dict[str, float] = {}
+    puller: BlockingFrames | None = None
+    deadline = started + 300
+    while time.perf_counter() < deadline and process.poll() is None:
+        now = time.perf_counter() - started
+        if "ping" not in marks and ping_answers(port):
+            marks["ping"] = time.perf_counter() - started
+        if "health" not in marks and http_answers(http_port, "/health") == 200:
+            marks["health"] = time.perf_counter() - started
+        if "ready" not in marks and http_answers(http_port, "/ready") == 200:
+            marks["ready"] = time.perf_counter() - started
+        if puller is None:
+            with contextlib.suppress(OSError):
+                puller = BlockingFrames(port, timeout=300)
+                puller.send({"cmd": "PULL", "queue": queue, "timeout": 0, "reqId": "pull"})
+                marks["pull sent"] = now
+        if puller is not None and "served" not in marks:
+            puller.sock.settimeout(0.01)
+            with contextlib.suppress(TimeoutError, BlockingIOError):
+                reply = puller.receive()
+                if reply.get("job"):
+                    marks["served"] = time.perf_counter() - started
+                else:  # refused (loading) or nothing: ask again
+                    marks.setdefault("first refusal", time.perf_counter() - started)
+                    puller.send({"cmd": "PULL", "queue": queue, "timeout": 0})
+        if {"ping", "health", "ready", "served"} <= marks.keys():
+            break
+        time.sleep(0.005)
+    if puller is not None:
+        puller.close()
+    return process, marks
+
+
+def restart_with_jobs(source: str, jobs: int) -> str:
+    """restart-1m: the store filled with `jobs` jobs, kill -9, the same command again."""
+    port, http_port = free_tcp_port(), free_tcp_port()
+    with tempfile.TemporaryDirectory() as data:
+        command = serve_command(source, port, http_port, "--data-dir", data)
+        first = subprocess.Popen(command, cwd=source, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+        assert first.stdout is not None and "listening" in first.stdout.readline()
+        began = time.perf_counter()
+        fill(port, jobs)
+        filled_s = time.perf_counter() - began
+        before = rss_mib(psutil.Process(first.pid))
+        first.kill()
+        first.wait(10)
+        second, marks = restart_timeline(command, source, port, http_port, "stored")
+        try:
+            after = rss_mib(psutil.Process(second.pid))
+        finally:
+            second.terminate()
+            second.wait(60)
+    order = sorted(marks.items(), key=lambda mark: mark[1])
+    shown = ", ".join(f"{name} {at:.2f} s" for name, at in order)
+    return (
+        f"{jobs:,} jobs pushed in {filled_s:.1f} s, RSS {before:.0f} MiB; after kill -9, from "
+        f"the new process's start: {shown}; RSS once served {after:.0f} MiB "
+        f"({(after / before - 1) * 100:+.0f}%); load average {os.getloadavg()[0]:.1f}"
+    )
+
+
+LOAD_CLIENTS = 32
+
+
+def spawn(command: list[str], source: str) -> subprocess.Popen[str]:
+    """Start a broker process (its output discarded)."""
+    return subprocess.Popen(
+        command, cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True
+    )
+
+
+async def ping_answers_async(port: int) -> bool:
+    """Whether a fresh connection's Ping is answered within a second."""
+    with trio.move_on_after(1):
+        try:
+            stream = await connect(port)
+        except OSError:
+            return False
+        async with stream:
+            try:
+                await stream.send_all(frame({"cmd": "Ping"}))
+                await read_replies(stream, 1)
+            except (EOFError, trio.BrokenResourceError):
+                return False  # e.g. reset: the start-up's port check listens for a moment
+            return True
+    return False
+
+
+async def load_through_restart(
+    source: str, seconds: float, first: subprocess.Popen[str], command: list[str], port: int
+) -> tuple[dict[str, float], int, int]:
+    """restart-same's run against `first`, started by `command` on `port`: (marks in seconds
+    from the new process's start, most open files of the new broker, error replies heard)."""
+    served_again: dict[int, float] = {}
+    errors = 0
+    restart: dict[str, Any] = {}
+    push = frame({"cmd": "PUSH", "queue": "restart", "data": {"x": 1}})
+
+    async def client(n: int) -> None:
+        nonlocal errors
+        while True:
+            try:
+                stream = await connect(port)
+            except OSError:
+                await trio.sleep(0.02)  # refused: the broker is down or not yet listening
+                continue
+            buffer = b""
+            try:
+                while True:
+                    await stream.send_all(push)
+                    while len(buffer) < 4 or len(buffer) < 4 + int.from_bytes(buffer[:4], "big"):
+                        chunk = await stream.receive_some(65536)
+                        if not chunk:
+                            raise EOFError
+                        buffer += chunk
+                    size = int.from_bytes(buffer[:4], "big")
+                    reply = msgspec.msgpack.decode(buffer[4 : 4 + size])
+                    buffer = buffer[4 + size :]
+                    if not reply.get("ok"):
+                        errors += 1
+                    elif "at" in restart and n not in served_again:
+                        served_again[n] = time.perf_counter() - restart["at"]
+            except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.aclose()
+
+    most_files, marks = 0, {}
+    async with trio.open_nursery() as nursery:
+        for n in range(LOAD_CLIENTS):
+            nursery.start_soon(client, n)
+        await trio.sleep(2)  # the load runs against the first broker
+        first.kill()
+        first.wait(10)
+        restart["at"] = time.perf_counter()
+        second = spawn(command, source)
+        process = psutil.Process(second.pid)
+        deadline = restart["at"] + seconds
+        while time.perf_counter() < deadline:
+            with contextlib.suppress(psutil.Error):
+                most_files = max(most_files, process.num_fds())
+            if "Ping answered" not in marks and await ping_answers_async(port):
+                marks["Ping answered"] = time.perf_counter() - restart["at"]
+            await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    second.terminate()
+    second.wait(60)
+    if served_again:
+        marks["first client served"] = min(served_again.values())
+    if len(served_again) == LOAD_CLIENTS:
+        marks["all clients served"] = max(served_again.values())
+    return marks, most_files, errors
+
+
+def restart_same_address(source: str, seconds: float) -> str:
+    """restart-same: a PostgreSQL broker restarted on its own address under client load."""
+    sys.path.insert(0, source)
+    from tests.support.postgres import start_private_server
+
+    server = start_private_server()
+    port, http_port = free_tcp_port(), free_tcp_port()
+    options = ("--postgres", server.url, "--pg-schema", "restart_same", "--lease-ttl-s", "10")
+    command = serve_command(source, port, http_port, *options)
+    first = subprocess.Popen(command, cwd=source, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        assert first.stdout is not None and "listening" in first.stdout.readline()
+        run = load_through_restart
+        marks, most_files, errors = trio.run(run, source, seconds, first, command, port)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(10)
+        server.destroy()
+    order = sorted(marks.items(), key=lambda mark: mark[1])
+    shown = ", ".join(f"{name} {at:.2f} s" for name, at in order) or "nothing served"
+    return (
+        f"{LOAD_CLIENTS} clients pushing; after kill -9, from the new process's start: {shown}"
+        f" (of {seconds:.0f} s watched); its open files at most {most_files}; error replies "
+        f"{errors}; load average {os.getloadavg()[0]:.1f}"
+    )
+
+
+RESTART_SCENARIOS = {
+    "restart-1m": lambda source, seconds, jobs: restart_with_jobs(source, jobs),
+    "restart-same": lambda source, seconds, jobs: restart_same_address(source, seconds),
+}
+"""Scenarios that start (and restart) their own brokers: name -> fn(source, seconds, jobs)."""
+
+
+def run(scenario: str, source: str, seconds: float, jobs: int = 1_000_000) -> str:
     """Run one scenario against a fresh broker; returns its line of figures."""
+    if scenario in RESTART_SCENARIOS:
+        return RESTART_SCENARIOS[scenario](source, seconds, jobs)
     if scenario.startswith("unread-getjobs"):
         return run_unread(scenario, source, seconds)
     if scenario in ENGINE_SCENARIOS:
@@ -523,13 +819,14 @@ def main() -> None:
     parser.add_argument("--source", default=os.getcwd(), help="project directory of the broker")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long each scenario runs")
     parser.add_argument("--load-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--jobs", type=int, default=1_000_000, help="stored jobs (restart-1m)")
     parser.add_argument("scenarios", nargs="+")
     args = parser.parse_args()
     if args.load_port:  # the child process of `fairness`
         trio.run(busy_load, args.load_port, args.seconds)
         return
     for scenario in args.scenarios:
-        print(f"{scenario}: {run(scenario, args.source, args.seconds)}", flush=True)
+        print(f"{scenario}: {run(scenario, args.source, args.seconds, args.jobs)}", flush=True)
 
 
 if __name__ == "__main__":

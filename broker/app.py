@@ -1,7 +1,8 @@
 """The application: the engine actor and the TCP server under one root nursery.
 
-Start-up runs in steps: open the HTTP port (`/ready` answers 503), restore the engine from the
-store, start the engine actor, open the TCP port, report ready.
+Start-up runs in steps: open the HTTP port (`/ready` answers 503) and the TCP port (Ping is
+answered; commands wait for the load, at most EngineActor's LOADING_HOLD_S), restore the engine
+from the store, start the engine actor, report ready.
 
 Shutdown runs in layers: stop accepting, answer parked long polls, give in-flight replies a
 grace period, close the connections (each tells the engine, which releases its jobs), then close
@@ -13,22 +14,24 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from store import Store, StoreError, open_postgres, open_sqlite
-from store.postgres import PostgresStore
 
 from .clock import Clock
 from .config import Config
 from .engine.actor import EngineActor
 from .engine.core import Engine
 from .engine.state import EngineState
-from .ha import RoleLoop, StepDown, keep_lease
 
-__all__ = ["App", "StepDown", "keep_lease", "open_store", "serve_until_signalled"]
+if TYPE_CHECKING:
+    from store.postgres import PostgresStore
+
+__all__ = ["App", "open_store", "serve_until_signalled"]
 from .metrics import Metrics
 from .server.http import HttpServer
 from .server.tcp import TcpServer
@@ -62,7 +65,12 @@ class App:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, report the TCP listeners, serve until shutdown, then stop cleanly.
         On PostgreSQL the role loop (ha.py) runs instead: standby or active, as the lease says."""
-        if isinstance(self.store, PostgresStore):
+        # The PostgreSQL module (psycopg) is imported only when such a store was opened: a
+        # SQLite broker's start-up, before its ports open, need not import it (~0.03 s).
+        postgres = sys.modules.get("store.postgres")
+        if postgres is not None and isinstance(self.store, postgres.PostgresStore):
+            from .ha import RoleLoop
+
             await RoleLoop(self, self.store).run(task_status=task_status)
             return
         actor = self.actor = EngineActor(
@@ -114,18 +122,20 @@ class App:
         http.mcp.handlers.allow_private = config.allow_private_webhooks  # HTTP handlers' targets
         async with trio.open_nursery() as nursery:
             async with trio.open_nursery() as servers:
-                # Start-up order: the HTTP port first, answering /ready with 503 while the
-                # engine restores from the store; then the engine; then the TCP port.
+                # Start-up order: both ports at once (issue 29: a restart on a million jobs
+                # kept them shut for 14 s, as if the broker were gone), answering Ping,
+                # /health and /ready (503) while the engine restores from the store; commands
+                # wait for the load (EngineActor.submit). Then the engine runs: ready.
                 if config.http_port:
                     self.http_listeners = await servers.start(
                         http.run, config.host, config.http_port
                     )
+                listeners = await servers.start(tcp.run, config.host, config.port)
+                task_status.started(listeners)
                 await actor.restore()
                 await nursery.start(actor.run)
                 servers.start_soon(dispatcher.run)  # cancelled with the servers at shutdown
-                listeners = await servers.start(tcp.run, config.host, config.port)
                 http.ready = True
-                task_status.started(listeners)
                 await self.stopped.wait()
                 http.ready = False
                 tcp.stop_accepting()

@@ -2,17 +2,23 @@
 
 Every broker in PostgreSQL mode runs a role loop:
 
-    standby  (HTTP up, /ready 503; TCP accepting and forwarding to the lease row's address;
-              polling the lease)
-      -> acquire the lease (a new epoch)
+    standby  (HTTP up, /ready 503; TCP accepting and forwarding to the lease row's address,
+              within bounds: forwarding.py; polling the lease)
+      -> acquire the lease (a new epoch): when it is free or expired, or at once when its
+         holder is provably this broker's own dead predecessor (a restart after a crash on
+         the same address: identity.py)
       -> restore (EngineActor.restore: leased jobs keep their tokens, unleased pulls wait
-         again, timers re-armed)
+         again, timers re-armed), with TCP already served here: Ping answers, commands wait
+         for the load
       -> active (the engine, TCP served here, the lease renewed every third of its TTL)
       -> on a lost lease, or no renewal for a whole TTL (the database unreachable): close the
          client connections, drop the engine, back to standby
 
 A broker that lost the lease can never write again: every commit checks the epoch in the
 database (store/postgres.py), its replies are withheld until a commit succeeds, so none is sent.
+A broker never forwards to itself: the lease row names its holder by identity (host, boot,
+namespaces, pid, listening addresses), not only by address, and an address that is this
+broker's own is never a forwarding target.
 """
 
 from __future__ import annotations
@@ -29,6 +35,18 @@ from store.postgres import Lease, PostgresStore
 from .clock import Clock
 from .engine.actor import EngineActor
 from .engine.core import Engine
+from .forwarding import (
+    MAX_WAITING,
+    MIN_WAIT_S,
+    NO_ACTIVE,
+    TOO_MANY,
+    WAIT_TTLS,
+    Forwarder,
+    address_of,
+    split_address,
+    turn_away,
+)
+from .identity import Holder, proven_gone, this_process
 from .metrics import Metrics
 from .server.http import HttpServer
 from .server.tcp import TcpServer
@@ -42,8 +60,9 @@ STANDBY, ACTIVE = "standby", "active"
 POLLS_PER_TTL = 10
 """A standby reads the lease this often per TTL: it takes over at most TTL/10 after expiry."""
 RECONNECT_WAIT_S = 0.2
-"""A forwarded connection whose target refused waits this long (or for a change) to retry."""
-FORWARD_READ = 64 * 1024
+"""A client waiting for an active broker looks again this often (or at a change)."""
+
+__all__ = ["RoleLoop", "StepDown", "advertised_address", "keep_lease", "split_address"]
 
 
 class StepDown(Exception):
@@ -84,14 +103,6 @@ def advertised_address(host: str, listeners: list[trio.SocketListener]) -> str:
     return f"{host}:{port}"
 
 
-def split_address(address: str) -> tuple[str, int] | None:
-    """(host, port) of HOST:PORT (IPv6 in brackets), or None when malformed."""
-    host, _, port = address.rpartition(":")
-    if not host or not (port.isascii() and port.isdigit()):
-        return None
-    return host.strip("[]"), int(port)
-
-
 class RoleLoop:
     """Runs one broker of a PostgreSQL schema: standby and active terms, one after another,
     on the same TCP and HTTP ports, until the App is shut down."""
@@ -110,6 +121,10 @@ class RoleLoop:
         self._clock = app.clock or Clock()
         self.restore_s = 0.0  # how long the last takeover's restore took
         self._report_started: Any = None  # reports the listeners once: active, or standby
+        self.identity: Holder | None = None
+        """This process as the lease row names it (set once the listeners are bound)."""
+        self.forwarder: Forwarder | None = None
+        self._lease_address: str | None = None  # what the lease row names, own or not
 
     def status(self) -> dict[str, Any]:
         """What /health shows: role, epoch and the active broker's address."""
@@ -122,7 +137,16 @@ class RoleLoop:
         listeners = await trio.open_tcp_listeners(config.port, host=config.host)
         if not self.store.advertise:
             self.store.advertise = advertised_address(config.host, listeners)
+        bound = [listener.socket.getsockname() for listener in listeners]
+        # Named by identity, after the listeners are bound: they are part of the proof a
+        # successor on the same address makes that this process is gone (identity.py).
+        self.identity = this_process(address_of(place) for place in bound)
+        self.store.holder = self.identity.text()
+        own = {self.store.advertise, *(address_of(place) for place in bound)}
+        wait_s = max(WAIT_TTLS * self.store.lease_ttl_s, MIN_WAIT_S)
+        self.forwarder = Forwarder(bound, own, wait_s)
         idle = EngineActor(Engine(app.new_state()), self._clock)  # what standby HTTP shows
+        idle.loaded.set()  # nothing to load: standby pages answer at once
         metrics = Metrics(idle.engine.state, lambda: 0, self.role_of)
         http = HttpServer(idle, metrics, config.auth_tokens, app.unsent)
         http.role_status = self.status
@@ -166,10 +190,18 @@ class RoleLoop:
         store = self.store
         while not self.app.stopping:
             try:
-                if store.acquire_lease():
+                lease = store.lease()
+                gone = self._gone_predecessor(lease)
+                if store.acquire_lease(gone):
+                    if gone is not None:
+                        log.warning(
+                            "schema %s: the lease was held by this broker's predecessor on "
+                            "%s, gone (restarted after a crash?): taken over without waiting "
+                            "for its expiry", store.schema, lease.address,
+                        )  # fmt: skip
                     self._end_outage()
                     return True
-                self._observe(store.lease())
+                self._observe(lease)
                 self._end_outage()
             except StoreUnavailable as exc:
                 if not self._outage:
@@ -185,10 +217,28 @@ class RoleLoop:
             log.info("standby: the database is reachable again")
             self._outage = False
 
+    def _gone_predecessor(self, lease: Lease) -> str | None:
+        """The live lease's holder when it is provably gone (identity.py), else None."""
+        if lease.expires_in_s <= 0 or self.identity is None:
+            return None
+        return lease.holder if proven_gone(lease.holder, self.identity) else None
+
     def _observe(self, lease: Lease) -> None:
-        """Follow the lease row: who is active, under which epoch."""
+        """Follow the lease row: who is active, under which epoch. An address that is this
+        broker's own is no active broker to forward to (its holder is a process that is gone,
+        or an alias of this one): clients then wait for the lease to expire or be taken."""
         live = lease.holder not in (None, self.store.holder) and lease.expires_in_s > 0
         address = lease.address if live else None
+        if address is not None and self.forwarder is not None and self.forwarder.is_own(address):
+            if address != self._lease_address:
+                log.warning(
+                    "standby: the lease names this broker's own address %s, held by %s: "
+                    "not forwarding there; waiting for the lease", address, lease.holder,
+                )  # fmt: skip
+            self._lease_address = address
+            address = None
+        else:
+            self._lease_address = address
         if (lease.epoch, address) != (self.epoch, self.active_address):
             self.epoch, self.active_address = lease.epoch, address
             self._changed()
@@ -206,9 +256,6 @@ class RoleLoop:
         try:
             async with trio.open_nursery() as term:
                 term.start_soon(self._keep_lease)
-                started = trio.current_time()
-                await actor.restore()
-                self.restore_s = trio.current_time() - started
                 await self._serve(actor, tcp, http)
                 term.cancel_scope.cancel()
             store.release_lease()  # a clean stop: a standby may take over at once
@@ -223,23 +270,28 @@ class RoleLoop:
             self._changed()
 
     async def _serve(self, actor: EngineActor, tcp: TcpServer, http: HttpServer) -> None:
-        """Serve as the active broker until shutdown (a step-down cancels this)."""
+        """Serve as the active broker until shutdown (a step-down cancels this): TCP clients
+        are taken here at once (Ping answers; their commands wait for the load), then the
+        stored jobs are restored, then the engine runs and the broker is ready."""
         app = self.app
         async with trio.open_nursery() as engine:
             async with trio.open_nursery() as servers:
-                await engine.start(actor.run)
-                metrics, dispatcher = app.wire(actor, tcp, self.role_of)
-                servers.start_soon(dispatcher.run)
                 await servers.start(tcp.serve_handed_over)
+                metrics, dispatcher = app.wire(actor, tcp, self.role_of)
                 http.actor, http.metrics = actor, metrics
                 self.tcp = tcp
                 self.role = ACTIVE
                 self._changed()  # connections waiting in standby are served here now
-                http.ready = True
                 app.actor, app.tcp = actor, tcp
+                self._started()
+                started = trio.current_time()
+                await actor.restore()
+                self.restore_s = trio.current_time() - started
+                await engine.start(actor.run)
+                servers.start_soon(dispatcher.run)
+                http.ready = True
                 log.info("active: serving (epoch %s), restored in %.2f s (%d jobs)",
                          self.epoch, self.restore_s, len(actor.engine.state.jobs))  # fmt: skip
-                self._started()
                 await app.stopped.wait()
                 http.ready = False
                 await actor.inbox.send(actor.answer_parked_message())
@@ -270,8 +322,20 @@ class RoleLoop:
 
     async def _forward(self, stream: trio.SocketStream) -> None:
         """Hand the client to the active broker: served here if this one becomes active first,
-        else its bytes piped to the lease row's address until the active broker changes."""
-        handed_over = False
+        else its bytes piped to the lease row's address until the active broker changes;
+        turned away with an error frame when no active broker can be reached in time, or
+        when too many clients wait (forwarding.py)."""
+        forwarder = self.forwarder
+        assert forwarder is not None
+        if forwarder.is_loop(_peer(stream)):  # this broker's own forwarded connection
+            await trio.aclose_forcefully(stream)
+            return
+        if forwarder.waiting >= MAX_WAITING:
+            await turn_away(stream, TOO_MANY)
+            return
+        forwarder.waiting += 1
+        waiting, handed_over = True, False
+        deadline = trio.current_time() + forwarder.wait_s
         try:
             while not self.app.stopping:
                 changed = self.changed
@@ -279,38 +343,50 @@ class RoleLoop:
                     self.tcp.adopt(stream)
                     handed_over = True
                     return
-                target = split_address(self.active_address or "")
-                if target is not None:
-                    try:
-                        upstream = await trio.open_tcp_stream(*target)
-                    except OSError:
-                        pass
-                    else:
-                        await pipe(stream, upstream, changed)
+                address = self.active_address
+                now = trio.current_time()
+                if address is not None and not forwarder.is_own(address):
+                    if forwarder.full(address):
+                        await turn_away(stream, TOO_MANY)
+                        handed_over = True
                         return
-                with trio.move_on_after(RECONNECT_WAIT_S):
+                    if forwarder.may_try(address, now):
+                        upstream = await forwarder.connect(address)
+                        if upstream is not None:
+                            forwarder.waiting -= 1
+                            waiting = False
+                            await forwarder.pipe(stream, address, upstream, changed)
+                            return
+                        continue  # refused (now backing off), or found to be this broker
+                if now >= deadline:
+                    await turn_away(stream, self._why_no_active(forwarder.wait_s))
+                    handed_over = True
+                    return
+                with trio.move_on_at(min(deadline, now + RECONNECT_WAIT_S)):
                     await changed.wait()
         finally:
+            if waiting:
+                forwarder.waiting -= 1
             if not handed_over:
                 await trio.aclose_forcefully(stream)
 
+    def _why_no_active(self, waited_s: float) -> str:
+        """The error a client turned away hears: how long it waited, and for whom."""
+        named = self._lease_address
+        if named is None:
+            return f"{NO_ACTIVE} within {waited_s:g} s (no broker holds the lease)"
+        if self.forwarder is not None and self.forwarder.is_own(named):
+            return f"{NO_ACTIVE} within {waited_s:g} s (the lease still names this broker)"
+        return f"{NO_ACTIVE} within {waited_s:g} s (the lease names {named})"
 
-async def pipe(client: trio.SocketStream, upstream: trio.SocketStream, changed: trio.Event) -> None:
-    """Copy bytes both ways until either side closes or `changed` is set."""
-    async with upstream, trio.open_nursery() as nursery:
 
-        async def copy(source: trio.SocketStream, sink: trio.SocketStream) -> None:
-            try:
-                while data := await source.receive_some(FORWARD_READ):
-                    await sink.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(copy, client, upstream)
-        nursery.start_soon(copy, upstream, client)
-        await changed.wait()
-        nursery.cancel_scope.cancel()
+def _peer(stream: trio.SocketStream) -> Any:
+    """The client's (host, port), or None (gone already, or not an IP socket)."""
+    try:
+        peer = stream.socket.getpeername()
+    except OSError:
+        return None
+    return peer if isinstance(peer, tuple) else None
 
 
 def _first(group: BaseExceptionGroup[Any]) -> str:

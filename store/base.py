@@ -60,6 +60,11 @@ class Store(Protocol):
         Nothing else may use the store until the iteration ends."""
         ...
 
+    def scan_bodies(self) -> Iterator[bytes]:
+        """The body of every stored job, one at a time, as `scan_jobs` (a start-up reads
+        only bodies: a body holds the whole job, and reading nothing else is cheaper)."""
+        ...
+
     def load_records(self) -> list[Record]:
         """Every stored record."""
         ...

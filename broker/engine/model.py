@@ -232,6 +232,18 @@ def options_for(values: tuple[Any, ...]) -> Options:
     return options_of(values)
 
 
+def options_shared(values: tuple[Any, ...]) -> bool:
+    """Whether `options_for(values)` is one object shared by every job with these values
+    (nothing of one job's own among them, and every value hashable), not a job's own."""
+    if any(values[index] for index in _OWN):
+        return False
+    try:
+        hash(values)
+    except TypeError:  # a dict (backoffConfig): the engine may change it in place
+        return False
+    return True
+
+
 # Held by every job, or written for most jobs before they start: slots.
 SLOTS = (
     "id", "queue", "name", "data", "created_at", "run_at", "state", "timeline", "ready_seq",
@@ -475,6 +487,10 @@ def next_occurrence_of(job: Job, job_id: str, run_at: float, now: float) -> Job:
 
 MAX_SHARED = 10_000
 _names: dict[str, str] = {}
+
+
+find_shared = _names.get
+"""The one copy of a name `shared` holds, or None (a lookup without the call of `shared`)."""
 
 
 def shared(text: str) -> str:

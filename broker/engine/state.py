@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -416,9 +417,12 @@ class EngineState:
         # at once for a million jobs.
         jobs.sort(key=_job_id)
         jobs.sort(key=_created_at)
-        for job in jobs:
-            self.jobs[job.id] = job
-        stored_states = [job.state for job in jobs]  # a list: a dict took ~40 MiB more
+        held_jobs = self.jobs
+        stored_states: list[str] = []  # a list: a dict took ~40 MiB more
+        keep_state = stored_states.append
+        for job in jobs:  # one pass over a million jobs, not two: each is far from the last
+            held_jobs[job.id] = job
+            keep_state(job.state)
         yield
         # Finished jobs first, oldest first, so that one failing during the restart (its ttl
         # ran out while the broker was down) is the newest in retention, not the oldest.
@@ -439,9 +443,26 @@ class EngineState:
             if stored not in (COMPLETED, FAILED):
                 job.state = ""
         failed_from = len(self.finished)
+        queues, seqs = self.queues, self._seq
         for n, (job, stored) in enumerate(zip(jobs, stored_states, strict=True), 1):
             if n % RESTORE_SLICE == 0:
                 yield
+            opts = job.opts
+            if (
+                stored in READY_STATES and job.run_at <= now and opts.group_id is None
+                and opts.unique_key is None and opts.debounce_id is None and not opts.ttl
+            ):  # fmt: skip
+                # Most stored jobs: ready, with no key, ttl or group to take again. What
+                # `schedule` would do, inline (a million jobs paid five calls each): ready
+                # again, its timeline already ending with that state.
+                state = PRIORITIZED if opts.priority > 0 else WAITING
+                timeline = job.timeline
+                if timeline and timeline[-TIMELINE_ENTRY] == state:
+                    queue = queues.get(job.queue) or self.queue(job.queue)
+                    job.state = state
+                    queue.counts[state] += 1
+                    queue.push_ready(job, next(seqs))
+                    continue
             if stored in (COMPLETED, FAILED):
                 continue  # restored above
             self._take_keys(job, job.created_at)
@@ -493,6 +514,8 @@ class EngineState:
         """What the restart itself changed (a job requeued, one whose ttl ran out while the
         broker was down, one that went away) is written back, so the store agrees."""
         for loaded, stored in zip(jobs, stored_states, strict=True):
+            if loaded.state == stored:
+                continue  # still held (a job forgotten since has no state), as stored
             job_id = loaded.id
             job = self.jobs.get(job_id)
             if job is None:
@@ -1178,9 +1201,5 @@ class EngineState:
     # -- timers --------------------------------------------------------------------------------
 
 
-def _job_id(job: Job) -> str:
-    return job.id
-
-
-def _created_at(job: Job) -> float:
-    return job.created_at
+_job_id = operator.attrgetter("id")
+_created_at = operator.attrgetter("created_at")

@@ -33,7 +33,7 @@ from store import MemoryStore, StoreError
 from store.postgres import PostgresStore
 
 from .. import __version__
-from ..engine.actor import EngineActor
+from ..engine.actor import LOADING, EngineActor
 from ..mcp.asgi import PATH as MCP_PATH
 from ..mcp.asgi import McpEndpoint
 from ..metrics import CONTENT_TYPE, Metrics
@@ -285,7 +285,11 @@ class HttpServer:
         if path not in OPEN_PATHS and not self._authorized(request):
             return error(401, "Unauthorized")
         page = self._pages.get(path) if method == "GET" else None
-        if page is not None and (path in OPEN_PATHS or self._serving()):
+        if page is not None and path in OPEN_PATHS:
+            return await page()
+        if not self.actor.loaded.is_set():  # at once: an HTTP client knows what 503 means
+            return error(503, LOADING)
+        if page is not None and self._serving():
             return await page()
         if not self._serving():
             active = self.role_status() if self.role_status else {}
@@ -486,7 +490,7 @@ class HttpServer:
         state = self.actor.engine.state
         return {
             "ok": True,
-            "status": "healthy",
+            "status": "healthy" if self.actor.loaded.is_set() else "loading",
             "version": __version__,
             "uptime": self._uptime_s(),
             "queues": len(state.queues),

@@ -85,10 +85,13 @@ class ReadHub:
             trio.lowlevel.reschedule(entry[1], result)
 
     async def run(self) -> None:
-        """Serve parked connections until cancelled; then hand every one back."""
-        self._running = True
+        """Serve parked connections until cancelled; then hand every one back. It starts once
+        the stored jobs are loaded: until then no connection parks, so each reads for itself,
+        and one whose command waits for the load holds up no other (a Ping is answered)."""
         epoll_fd = self._epoll.fileno()
         try:
+            await self.actor.loaded.wait()
+            self._running = True
             while True:
                 await trio.lowlevel.wait_readable(epoll_fd)
                 batches = self._read_ready()

@@ -251,8 +251,12 @@ class StreamSession:
 async def disconnect(actor: EngineActor, session: Session | StreamSession) -> None:
     """The disconnect rule every connection follows when it ends: its session is closed (the
     engine drops what it still stages for it), then the engine is told, so it releases what
-    the connection held. Shielded, so it happens even during cancellation, but bounded."""
+    the connection held. Shielded, so it happens even during cancellation, but bounded.
+    While the stored jobs load there is nothing to tell: no command of the connection has
+    reached the engine (they wait for the load in its own task), and the inbox is not read."""
     session.close()
+    if not actor.loaded.is_set():
+        return
     with trio.move_on_after(DISCONNECT_TIMEOUT_S) as scope:
         scope.shield = True
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):

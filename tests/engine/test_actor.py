@@ -161,6 +161,7 @@ async def test_batches_submitted_together_to_a_busy_actor_queue_in_their_order()
 
 async def test_batches_whose_send_was_cancelled_are_not_counted_as_queued() -> None:
     actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    await actor.restore()  # nothing stored: loaded (else batches wait for the load first)
     session = RecordingSession(actor.outbox)
     batches = [push_batch(session) for _ in range(INBOX_SIZE + 2)]
     with trio.CancelScope() as waiting:

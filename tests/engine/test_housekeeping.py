@@ -332,12 +332,12 @@ class WatchedStore(MemoryStore):
         self.app: App | None = None
         self.seen: list[tuple[bool, bool, bool]] = []
 
-    def scan_jobs(self) -> Iterator[JobRow]:
-        for row in super().scan_jobs():
+    def scan_bodies(self) -> Iterator[bytes]:
+        for body in super().scan_bodies():
             app = self.app
             assert app is not None and app.http is not None
             self.seen.append((bool(app.http_listeners), app.http.ready, app.tcp is not None))
-            yield row
+            yield body
 
 
 async def test_http_port_opens_first_and_is_not_ready_while_loading(
@@ -352,7 +352,10 @@ async def test_http_port_opens_first_and_is_not_ready_while_loading(
     config = Config(host="127.0.0.1", port=0, http_port=http_port)
     app = App(config, store=store, clock=Clock(EPOCH_MS))
     store.app = app
-    await nursery.start(app.run)
+    await nursery.start(app.run)  # reported once the ports are open, before the load ends
+    assert app.actor is not None
+    await app.actor.loaded.wait()
+    await trio.testing.wait_all_tasks_blocked()
     assert store.seen and all(seen[:2] == (True, False) for seen in store.seen)
     assert app.http is not None and app.http.ready is True
     client = await memory_connector(app, nursery)()

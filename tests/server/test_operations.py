@@ -11,11 +11,14 @@ import trio.testing
 import trio_websocket
 
 from broker.app import App
+from broker.clock import Clock
 from broker.config import Config
-from tests.conftest import memory_connector, start_app
+from store import open_postgres
+from tests.conftest import EPOCH_MS, memory_connector, start_app
 from tests.server.test_http import http
 from tests.server.test_websocket import call, connect
 from tests.support.client import FrameClient
+from tests.support.postgres import PrivateServer
 
 GRACE_S = 5.0
 
@@ -85,6 +88,37 @@ async def test_ready_turns_503_at_shutdown_and_in_flight_replies_get_the_grace_w
             assert trio.current_time() - started == pytest.approx(GRACE_S)
             with pytest.raises(EOFError):
                 await stuck.receive()
+
+
+async def test_ready_turns_503_at_shutdown_on_postgresql_too(
+    postgres_server: PrivateServer, pg_schema: str, autojump_clock
+) -> None:
+    # The role loop (ha.py) runs a PostgreSQL broker: its active term must say not ready as
+    # soon as the shutdown begins, while in-flight replies still get their grace window.
+    store = open_postgres(postgres_server.url, pg_schema)
+    try:
+        with trio.fail_after(GRACE_S * 10):
+            async with trio.open_nursery() as probes, trio.open_nursery() as nursery:
+                config = Config(port=0, http_port=0, shutdown_grace_s=GRACE_S,
+                                postgres_url=postgres_server.url, pg_schema=pg_schema)  # fmt: skip
+                app = App(config, store, clock=Clock(EPOCH_MS))
+                await nursery.start(app.run)
+                assert app.http is not None and app.actor is not None  # the active term's
+                await app.actor.loaded.wait()
+                await trio.testing.wait_all_tasks_blocked()  # then the engine runs: ready
+                assert (await http(app, probes, "GET", "/ready"))[0] == 200
+                slow, slow_gate = gated_client(app)
+                await slow.send({"cmd": "PUSH", "queue": "q", "data": 1, "reqId": "slow"})
+                await trio.testing.wait_all_tasks_blocked()  # the reply waits on the network
+                app.shutdown()
+                await trio.testing.wait_all_tasks_blocked()
+                status, _, body = await http(app, probes, "GET", "/ready")
+                assert (status, json.loads(body)) == (503, {"ok": False, "ready": False})
+                slow_gate.set()  # within the grace window
+                reply = await slow.receive()
+                assert (reply["reqId"], reply["ok"]) == ("slow", True)
+    finally:
+        store.close()
 
 
 async def test_a_parked_long_poll_is_answered_with_no_job_at_shutdown(autojump_clock) -> None:

@@ -53,6 +53,13 @@ def test_scan_jobs_yields_every_row_one_at_a_time(store: Store) -> None:
     assert sorted([first, *scan]) == [row("a"), row("b", "delayed")]
 
 
+def test_scan_bodies_yields_the_body_of_every_row_one_at_a_time(store: Store) -> None:
+    store.commit([row("a", body=b"\x81"), row("b", "delayed", b"\x82")], [], sync=False)
+    scan = store.scan_bodies()
+    first = next(scan)
+    assert sorted([first, *scan]) == [b"\x81", b"\x82"]
+
+
 def test_a_one_job_commit_keeps_every_other_change_made_with_it(store: Store) -> None:
     cron = Record("cron", "nightly", b"\x80")
     store.commit([row("a")], [], sync=False, records=[cron])
