@@ -88,7 +88,10 @@ def test_a_normal_start_and_restart_log_at_info_only(
     where = (postgres_server.url, pg_schema)
     for epoch in (1, 2):  # a first start, then a restart after a clean stop
         broker = broker_factory("--lease-ttl-s", "10", postgres=where)
-        lines = broker.stderr_text().splitlines()  # logged before it printed its address
+        # It takes clients (and prints its address) before it restores: the serving line
+        # follows once the stored jobs are loaded.
+        text = poll_until(broker.stderr_text, lambda text: "active: serving" in text)
+        lines = text.splitlines()
         assert lines[0] == (
             f"INFO broker.ha: schema {pg_schema}: took the lease (epoch {epoch}); restoring"
         )

@@ -41,7 +41,7 @@ class FlakyLeaseStore:
     def renew_lease(self) -> None:
         self._call()
 
-    def acquire_lease(self) -> bool:
+    def acquire_lease(self, gone: str | None = None) -> bool:
         self._call()
         return False
 
