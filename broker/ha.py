@@ -230,6 +230,7 @@ class RoleLoop:
                 await engine.start(actor.run)
                 metrics, dispatcher = app.wire(actor, tcp, self.role_of)
                 servers.start_soon(dispatcher.run)
+                servers.start_soon(app.broadcasts.run)
                 await servers.start(tcp.serve_handed_over)
                 http.actor, http.metrics = actor, metrics
                 self.tcp = tcp

@@ -404,11 +404,22 @@ class ListWorkers(Command, tag="ListWorkers"):
 
 class SubscribeEvents(Command, tag="SubscribeEvents"):
     """This connection receives the queue's job events as `{type: "event", event}` frames
-    (one queue per connection: a second subscription replaces the first)."""
+    (one subscription per connection: a second one replaces the first). With `events` (event
+    names or patterns, as the WebSocket's Subscribe takes them) it receives those instead,
+    and `queue` may be left out (every queue)."""
 
     queue: Any = None
+    events: Any = None
 
     def __post_init__(self) -> None:
+        if self.events is not None:
+            events = self.events
+            if not isinstance(events, list) or not events:
+                raise CommandError("events must be a non-empty array")
+            if not all(isinstance(pattern, str) for pattern in events):
+                raise CommandError("events must be a non-empty array")
+            if self.queue is None:
+                return
         self.queue = queue_name(self.queue)
 
 

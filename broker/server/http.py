@@ -33,6 +33,7 @@ from store import StoreError
 
 from .. import __version__
 from ..engine.actor import EngineActor
+from ..events import EVENT_NAMES
 from ..mcp.asgi import PATH as MCP_PATH
 from ..mcp.asgi import McpEndpoint
 from ..metrics import CONTENT_TYPE, Metrics
@@ -139,7 +140,7 @@ class HttpServer:
         self.events = sse.EventRing()
         self.sse_clients = 0
         metrics.http_transports = lambda: (self.websockets, self.sse_clients)
-        actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0)
+        actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0, EVENT_NAMES)
         # The MCP server (Streamable HTTP at /mcp), on the engine serving now.
         self.mcp = McpEndpoint(lambda: self.actor)
         # REST commands pass the same front door as TCP frames (triage: a rejected command or
