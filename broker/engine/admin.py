@@ -61,6 +61,8 @@ class QueueAdmin:
         removed = self.state.remove_many(self.state.jobs_of(command.queue, QUEUED_STATES))
         reply = {"ok": True, "count": len(removed)}
         self.state.purge_later(removed)
+        if removed:
+            self.state.announce("queue:drained", {"queue": command.queue, "count": len(removed)})
         return reply
 
     def obliterate(self, session: ReplySink, command: cmd.Obliterate, now: float) -> Reply:
@@ -73,6 +75,8 @@ class QueueAdmin:
             self.state.changed_settings.add(queue.name)
             self.pulls.answer_empty(queue.waiters)
         self.state.purge_later(removed)
+        self.state.announce("queue:obliterated", {"queue": command.queue})
+        self.state.announce("queue:removed", {"queue": command.queue})
         return {"ok": True}
 
     def list_queues(self, session: ReplySink, command: cmd.ListQueues, now: float) -> Reply:
@@ -92,6 +96,10 @@ class QueueAdmin:
         removed = self.state.remove_many(old[: command.limit])
         reply = {"ok": True, "count": len(removed), "ids": [job.id for job in removed]}
         self.state.purge_later(removed)
+        if removed:
+            named = {} if command.state is None else {"state": command.state}
+            event = {"queue": command.queue, **named, "count": len(removed)}
+            self.state.announce("queue:cleaned", event)
         return reply
 
     def get_jobs(self, session: ReplySink, command: cmd.GetJobs, now: float) -> Reply:

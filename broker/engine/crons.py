@@ -137,6 +137,13 @@ class CronScheduler:
         for previous in (old, cron):
             self._remove_queued_run(previous, now)
         self._arm_cron(cron)
+        event: Reply = {"name": cron.name, "queue": cron.queue}
+        if cron.schedule is not None:
+            event["pattern"] = cron.schedule
+        if cron.repeat_every is not None:
+            event["every"] = cron.repeat_every
+        event["nextRun"] = cron.next_run
+        self.state.announce("cron:updated" if old else "cron:created", event)
         keys = ("name", "queue", "schedule", "repeatEvery", "nextRun", "timezone")
         return {"ok": True, "cron": {key: cron.summary()[key] for key in keys}}
 
@@ -164,6 +171,7 @@ class CronScheduler:
         if self.crons.pop(command.name, None) is None:
             raise EngineError(CRON_NOT_FOUND)
         self._cron_changed(command.name)
+        self.state.announce("cron:deleted", {"name": command.name})
         return {"ok": True}
 
     def cron_list(self, session: ReplySink, command: cmd.CronList, now: float) -> Reply:

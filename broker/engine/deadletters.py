@@ -76,13 +76,22 @@ class DeadLetterCommands:
         failed = self.state.jobs_of(command.queue, (FAILED,))
         if command.jobId is not None:
             failed = [job for job in failed if job.id == command.jobId]
-        return {"ok": True, "count": sum(self.state.revive(job, now) for job in failed)}
+        count = sum(self.state.revive(job, now) for job in failed)
+        if count:
+            event: dict[str, Any] = {"queue": command.queue, "count": count}
+            if command.jobId is None:
+                self.state.announce("dlq:retry-all", event)
+            else:
+                self.state.announce("dlq:retried", {**event, "jobId": command.jobId})
+        return {"ok": True, "count": count}
 
     def purge_dlq(self, session: ReplySink, command: cmd.PurgeDlq, now: float) -> Reply:
         """PurgeDlq: delete the queue's failed jobs."""
         removed = self.state.remove_many(self.state.jobs_of(command.queue, (FAILED,)))
         reply = {"ok": True, "count": len(removed)}
         self.state.purge_later(removed)
+        if removed:
+            self.state.announce("dlq:purged", {"queue": command.queue, "count": len(removed)})
         return reply
 
     def set_dlq_config(self, session: ReplySink, command: cmd.SetDlqConfig, now: float) -> Reply:
@@ -93,6 +102,8 @@ class DeadLetterCommands:
         self.state.changed_settings.add(queue.name)
         retries_changed = any(key in command.config for key in RETRY_KEYS)
         apply_dlq_config(self.state, queue, now, retries=retries_changed)
+        event = {"queue": queue.name, "config": command.config}
+        self.state.announce("config:dlq-changed", event)
         return {"ok": True}
 
     def get_dlq_config(self, session: ReplySink, command: cmd.GetDlqConfig, now: float) -> Reply:

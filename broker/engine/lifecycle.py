@@ -135,10 +135,11 @@ class Lifecycle:
         if job is not None and job.state == ACTIVE:
             active_job(self.state, command.id, command.token)
             self.state.return_to_queue(job, now, now + command.delay)
-            return {"ok": True}
-        if job is None or job.state not in QUEUED_STATES:
+        elif job is None or job.state not in QUEUED_STATES:
             raise EngineError("Job not found or cannot change delay")
-        self.state.reschedule(job, now, now + command.delay)
+        else:
+            self.state.reschedule(job, now, now + command.delay)
+        self.state.emit("delay-changed", job, newDelay=command.delay)
         return {"ok": True}
 
     def move_to_delayed(self, session: ReplySink, command: cmd.MoveToDelayed, now: float) -> Reply:
@@ -149,11 +150,12 @@ class Lifecycle:
             raise EngineError("Job not found")
         if job.state in QUEUED_STATES:
             self.state.reschedule(job, now, now + command.delay)
-            return {"ok": True}
-        if job.state != ACTIVE:
+        elif job.state != ACTIVE:
             raise EngineError(f"Job is not active (current state: {job.state})")
-        active_job(self.state, command.id, command.token)
-        self.state.return_to_queue(job, now, now + command.delay)
+        else:
+            active_job(self.state, command.id, command.token)
+            self.state.return_to_queue(job, now, now + command.delay)
+        self.state.emit("moved-to-delayed", job, delay=command.delay)
         return {"ok": True}
 
     def move_to_wait(self, session: ReplySink, command: cmd.MoveToWait, now: float) -> Reply:
@@ -177,6 +179,7 @@ class Lifecycle:
         if job is None or job.state != DELAYED:
             raise EngineError("Job not found or not delayed")
         self.state.reschedule(job, now, now)
+        self.state.emit("promoted", job)
         return {"ok": True}
 
     def promote_jobs(self, session: ReplySink, command: cmd.PromoteJobs, now: float) -> Reply:
@@ -201,6 +204,7 @@ class Lifecycle:
             self.state.make_ready(job)  # a fresh heap entry; the old one is stale
         else:
             self.state.touch(job)
+        self.state.emit("priority-changed", job, newPriority=command.priority)
         return {"ok": True}
 
     def update(self, session: ReplySink, command: cmd.Update, now: float) -> Reply:
@@ -210,6 +214,7 @@ class Lifecycle:
             raise EngineError("Job not found or cannot be updated")
         job.data = command.data  # type: ignore[assignment]
         self.state.touch(job)
+        self.state.emit("data-updated", job)
         return {"ok": True}
 
     def cancel(self, session: ReplySink, command: cmd.Cancel, now: float) -> Reply:
@@ -228,6 +233,7 @@ class Lifecycle:
         if job.state == ACTIVE:
             active_job(self.state, command.id, command.token)
         self.state.fail(job, now, "Job discarded", False)
+        self.state.emit("discarded", job)
         return {"ok": True}
 
     def progress(self, session: ReplySink, command: cmd.Progress, now: float) -> Reply:

@@ -73,6 +73,7 @@ class QueueSettings:
         queue = self.state.queue(command.queue)
         queue.paused = True
         self.state.changed_settings.add(queue.name)
+        self.state.announce("queue:paused", {"queue": queue.name})
         return {"ok": True}
 
     def resume(self, session: ReplySink, command: cmd.Resume, now: float) -> Reply:
@@ -81,6 +82,7 @@ class QueueSettings:
         queue.paused = False
         self.state.changed_settings.add(queue.name)
         self.state.dirty_queues.add(queue)
+        self.state.announce("queue:resumed", {"queue": queue.name})
         return {"ok": True}
 
     def is_paused(self, session: ReplySink, command: cmd.IsPaused, now: float) -> Reply:
@@ -94,6 +96,9 @@ class QueueSettings:
         queue.rate_limit = command.limit
         queue.tokens, queue.tokens_at = float(command.limit), now
         self.state.changed_settings.add(queue.name)
+        # trioq's rate limit is per second: the reference's event names that window
+        event = {"queue": queue.name, "max": command.limit, "duration": 1000}
+        self.state.announce("ratelimit:set", event)
         return {"ok": True}
 
     def rate_limit_clear(
@@ -104,6 +109,7 @@ class QueueSettings:
         queue.rate_limit = None
         self.state.changed_settings.add(queue.name)
         self.state.dirty_queues.add(queue)
+        self.state.announce("ratelimit:cleared", {"queue": queue.name})
         return {"ok": True}
 
     def set_concurrency(self, session: ReplySink, command: cmd.SetConcurrency, now: float) -> Reply:
@@ -112,6 +118,8 @@ class QueueSettings:
         queue.concurrency = command.limit
         self.state.changed_settings.add(queue.name)
         self.state.dirty_queues.add(queue)
+        event = {"queue": queue.name, "concurrency": command.limit}
+        self.state.announce("concurrency:set", event)
         return {"ok": True}
 
     def clear_concurrency(
@@ -122,6 +130,7 @@ class QueueSettings:
         queue.concurrency = None
         self.state.changed_settings.add(queue.name)
         self.state.dirty_queues.add(queue)
+        self.state.announce("concurrency:cleared", {"queue": queue.name})
         return {"ok": True}
 
     def set_stall_config(
@@ -132,6 +141,8 @@ class QueueSettings:
         queue = self.state.queue(command.queue)
         queue.stall_config = {**queue.stall_config, **command.config}
         self.state.changed_settings.add(queue.name)
+        event = {"queue": queue.name, "config": command.config}
+        self.state.announce("config:stall-changed", event)
         return {"ok": True}
 
     def get_stall_config(

@@ -124,7 +124,7 @@ class EngineState:
         self.on_complete: Any = None
         # Job events of the pass, collected only while someone listens (see events.py).
         self.emitting = False
-        self.events: list[tuple[str, Job, dict[str, Any]]] = []
+        self.events: list[tuple[str, Job | None, dict[str, Any]]] = []
         # Housekeeping (housekeeping.py): structures to compact after the pass, objects to
         # let go of in slices, large removals whose store rows are deleted in slices.
         self.untidy: set[Any] = set()
@@ -281,6 +281,12 @@ class EngineState:
         """Record a job event for the subscribers and webhooks (cheap when nobody listens)."""
         if self.emitting:
             self.events.append((kind, job, extra))
+
+    def announce(self, name: str, data: dict[str, Any]) -> None:
+        """Record an event that is not a job's (`queue:paused`, `worker:connected`...) for the
+        subscribers (cheap when nobody listens)."""
+        if self.emitting:
+            self.events.append((name, None, data))
 
     def completed_once(self, job_id: str) -> bool:
         """Whether `job_id` completed (held now, or forgotten since): a satisfied dependency."""
@@ -837,7 +843,16 @@ class EngineState:
         mark_finished(job)
         retain(self, self.failed, job, now)
         enter_dead_letters(self, self.queue(job.queue), job, now)
+        if self.emitting:
+            self._announce_dead_letter(job)
         self.child_failed(job, reason, now)
+
+    def _announce_dead_letter(self, job: Job) -> None:
+        """`dlq:added` for a job that just failed for good, with the reference's category."""
+        from .deadletters import dlq_reason  # (deadletters.py imports this module)
+
+        event = {"queue": job.queue, "jobId": job.id, "reason": dlq_reason(job)}
+        self.announce("dlq:added", event)
 
     def child_failed(self, child: Job, reason: str, now: float) -> None:
         """A flow child failed for good: apply its failure policy to its waiting parent.
