@@ -126,7 +126,7 @@ class JobCommands:
                     raise errors.self_dependency(item.customId)
                 self._check_dependencies(item.dependsOn or (), batch_ids)
                 check_repeat(item.repeat, now)
-                self._check_replace(queue, item, earlier_keys, items)
+                self._check_replace(queue, item, earlier_keys, items, items[:index])
             except EngineError as exc:
                 raise EngineError(f"jobs[{index}]: {exc}") from None
             if item.uniqueKey is not None:
@@ -211,10 +211,18 @@ class JobCommands:
             raise EngineError(f"jobs[{index}]: Dependency cycle: {' -> '.join(cycle)}")
 
     def _check_replace(
-        self, queue: str, fields: Any, earlier_keys: dict[str, str | None], batch: Any = ()
+        self,
+        queue: str,
+        fields: Any,
+        earlier_keys: dict[str, str | None],
+        batch: Any = (),
+        earlier: Any = (),
     ) -> None:
         """dedup `replace` may not drop a job that other live jobs wait for: they would wait
-        forever. Checked before anything changes (the replacement itself happens later)."""
+        forever. Those are the jobs held waiting for it, the new job itself when it names it
+        in `dependsOn`, and the `earlier` items of its batch that do (the reference's rule);
+        a job of the same batch may not be replaced while any item of the batch names it.
+        Checked before anything changes (the replacement itself happens later)."""
         key = fields.uniqueKey
         if key is None or not (fields.dedup or {}).get("replace"):
             return
@@ -223,23 +231,21 @@ class JobCommands:
             custom_id = earlier_keys[key]
             if custom_id is None:  # an item without a customId: no dependsOn can name it
                 return
-            waiting = [item.customId or "?" for item in batch
-                       if custom_id in (item.dependsOn or ())]  # fmt: skip
-            if waiting:
-                raise errors.replace_blocked(custom_id, waiting)
+            if any(custom_id in (item.dependsOn or ()) for item in batch):
+                raise errors.replace_blocked(custom_id)
             return
         owner = state.key_owner(UNIQUE, queue, key, state.now)
         held = state.jobs.get(owner) if owner is not None else None
         if held is None or held.state not in NOT_STARTED:
             return
         jobs = state.jobs
-        waiting = [
-            dep_id
+        waiting = any(
+            dep_id in jobs and jobs[dep_id].state == WAITING_CHILDREN
             for dep_id in state.dependents.get(held.id, ())
-            if dep_id in jobs and jobs[dep_id].state == WAITING_CHILDREN
-        ]
-        if waiting:
-            raise errors.replace_blocked(held.id, waiting)
+        )
+        named = [fields, *earlier]  # the new job and the batch's items admitted before it
+        if waiting or any(held.id in (item.dependsOn or ()) for item in named):
+            raise errors.replace_blocked(held.id)
 
     def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
         job = job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
