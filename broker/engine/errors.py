@@ -37,6 +37,11 @@ def replace_blocked(job_id: str) -> EngineError:
     return EngineError(f"Cannot replace deduplicated job {job_id} because live jobs depend on it")
 
 
+def id_still_named(job_id: str) -> EngineError:
+    """A custom id reused while jobs waiting for dependencies still name its finished job."""
+    return EngineError(f"Custom ID {job_id} still has unresolved dependency consumers")
+
+
 JOB_NOT_FOUND = "Job not found"
 NOT_AUTHENTICATED = "Not authenticated"
 INVALID_TOKEN = "Invalid token"

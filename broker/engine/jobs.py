@@ -15,7 +15,7 @@ import msgspec
 from protocol import commands as cmd
 
 from . import errors
-from .admission import check_group_room, find_cycle
+from .admission import check_group_room, check_id_reuse, find_cycle
 from .deadlines import settle_failure
 from .errors import EngineError
 from .keys import DEBOUNCE, UNIQUE
@@ -109,6 +109,7 @@ class JobCommands:
         if command.jobId is not None and command.jobId in (command.dependsOn or ()):
             raise errors.self_dependency(command.jobId)
         self._check_dependencies(command.dependsOn or (), ())
+        check_id_reuse(self.state, command.jobId)
         check_repeat(command.repeat, now)
         self._check_replace(command.queue, command, {})
         check_group_room(self.state, command.queue, [command])
@@ -125,6 +126,7 @@ class JobCommands:
                 if item.customId is not None and item.customId in (item.dependsOn or ()):
                     raise errors.self_dependency(item.customId)
                 self._check_dependencies(item.dependsOn or (), batch_ids)
+                check_id_reuse(self.state, item.customId)
                 check_repeat(item.repeat, now)
                 self._check_replace(queue, item, earlier_keys, items, items[:index])
             except EngineError as exc:

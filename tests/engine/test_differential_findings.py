@@ -52,3 +52,44 @@ async def test_a_batch_item_replacing_an_earlier_one_gets_its_own_id_as_push_doe
     assert first != second
     listed = (await client.call("GetJobs", queue="q"))["jobs"]
     assert [(job["id"], job["data"]) for job in listed] == [(second, 2)]
+
+
+# -- a finished custom id still named by waiting jobs -------------------------------------------
+
+CONSUMERS = "Custom ID done still has unresolved dependency consumers"
+
+
+async def finished_and_forgotten_with_a_waiter(client: FrameClient) -> str:
+    """`done` completed and was removed; a job still waits for it and for another one."""
+    done = await push(client, "q", jobId="done", removeOnComplete=True)
+    other = await push(client, "later", delay=60_000)
+    waiter = await push(client, "w", dependsOn=[done, other])
+    await client.call("PULL", queue="q")
+    await client.call("ACK", id=done)
+    assert await state_of(client, waiter) == "waiting-children"
+    assert await state_of(client, done) == "unknown"
+    return waiter
+
+
+async def test_a_finished_custom_id_is_not_reused_while_waiting_jobs_name_it(
+    client: FrameClient,
+) -> None:
+    waiter = await finished_and_forgotten_with_a_waiter(client)
+    assert (await client.call("PUSH", queue="q", data=1, jobId="done"))["error"] == CONSUMERS
+    batch = await client.call("PUSHB", queue="q", jobs=[{"data": 1, "customId": "done"}])
+    assert batch["error"] == f"jobs[0]: {CONSUMERS}"
+    flow = [{"id": "done", "queue": "q", "input": {"name": "f", "data": 1}}]
+    assert (await client.call("PUSHF", jobs=flow))["error"] == CONSUMERS
+    assert await state_of(client, "done") == "unknown"
+    await client.call("Cancel", id=waiter)  # nobody names it now: the id is free again
+    assert (await client.call("PUSH", queue="q", data=1, jobId="done"))["id"] == "done"
+
+
+async def test_a_custom_id_nobody_waits_for_is_reused_after_it_finished(
+    client: FrameClient,
+) -> None:
+    done = await push(client, "q", jobId="done", removeOnComplete=True)
+    await push(client, "w", dependsOn=[done])
+    await client.call("PULL", queue="q")
+    await client.call("ACK", id=done)  # its dependent is released: nothing waits for it
+    assert (await client.call("PUSH", queue="q", data=2, jobId="done"))["id"] == "done"
