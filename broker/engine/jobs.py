@@ -317,9 +317,10 @@ class JobCommands:
         if is_late(self.state, command.id, command.token):
             return already_finalized()
         job = active_job(self.state, command.id, command.token)
-        if command.stack is not None:
+        if command.stack:  # none or no line at all: the stack of an earlier attempt stays
             limit = max(int(job.opts.stack_trace_limit), 0)
-            job.stacktrace = command.stack[:limit]
+            lines = [line.strip() for line in command.stack if line.strip()]
+            job.stacktrace = lines[:limit] or None  # as the reference: trimmed, no blank line
         reason = command.error if command.error is not None else "Job failed"
         remove = command.removeOnFail or job.opts.remove_on_fail
         settle_failure(

@@ -93,3 +93,25 @@ async def test_a_custom_id_nobody_waits_for_is_reused_after_it_finished(
     await client.call("PULL", queue="q")
     await client.call("ACK", id=done)  # its dependent is released: nothing waits for it
     assert (await client.call("PUSH", queue="q", data=2, jobId="done"))["id"] == "done"
+
+
+# -- the stack a job pulled after a failed attempt carries -------------------------------------
+
+
+async def fail_and_pull_again(client: FrameClient, job_id: str, stack: list[object]) -> object:
+    await client.call("FAIL", id=job_id, error="boom", stack=stack)
+    job = (await client.call("PULL", queue="q", timeout=1000))["job"]
+    assert job["id"] == job_id
+    return job["stacktrace"]
+
+
+async def test_a_job_pulled_again_carries_the_stack_of_its_failed_attempt(
+    client: FrameClient,
+) -> None:
+    job_id = await push(client, maxAttempts=5, backoff=0, stackTraceLimit=2)
+    await client.call("PULL", queue="q")
+    trimmed = await fail_and_pull_again(client, job_id, ["  at a  ", "", "at b", "at c"])
+    assert trimmed == ["at a", "at b"]  # trimmed, blank lines left out, the limit applied
+    assert await fail_and_pull_again(client, job_id, []) == ["at a", "at b"]  # none: kept
+    assert await fail_and_pull_again(client, job_id, [1, None, "at x"]) == ["at x"]
+    assert await fail_and_pull_again(client, job_id, ["   "]) is None  # only blank: none
