@@ -107,6 +107,7 @@ class QueueAdmin:
         (a larger `limit` is cut to it, so no listing builds a huge reply in one pass)."""
         states = set(command.state)
         queue = self.state.queues.get(command.queue)
+        paused = False
         if command.explicit and queue is not None and queue.paused:
             # A paused queue's ready jobs are listed as paused, and only as paused.
             paused = "paused" in states
@@ -117,7 +118,12 @@ class QueueAdmin:
         end = command.offset + min(command.limit, MAX_PAGE)
         first = heapq.nsmallest(end, jobs, key=_age) if end < len(jobs) else sorted(jobs, key=_age)
         page = first[command.offset : end]
-        return {"ok": True, "jobs": [job.to_wire_with_state() for job in page]}
+        listed = [job.to_wire_with_state() for job in page]
+        if paused:  # their state is `paused` there, as the reference lists them
+            for entry in listed:
+                if entry.state in READY_STATES:
+                    entry.state = "paused"
+        return {"ok": True, "jobs": listed}
 
     def counts_per_priority(
         self, session: ReplySink, command: cmd.GetCountsPerPriority, now: float

@@ -115,3 +115,26 @@ async def test_a_job_pulled_again_carries_the_stack_of_its_failed_attempt(
     assert await fail_and_pull_again(client, job_id, []) == ["at a", "at b"]  # none: kept
     assert await fail_and_pull_again(client, job_id, [1, None, "at x"]) == ["at x"]
     assert await fail_and_pull_again(client, job_id, ["   "]) is None  # only blank: none
+
+
+# -- GetJobs of a paused queue -------------------------------------------------------------------
+
+
+async def test_a_paused_queues_ready_jobs_are_listed_as_paused(client: FrameClient) -> None:
+    waiting = await push(client)
+    urgent = await push(client, priority=5)
+    grouped = await push(client, groupId="g", priority=2)
+    later = await push(client, delay=60_000)
+    await client.call("Pause", queue="q")
+    listed = (await client.call("GetJobs", queue="q", state="paused"))["jobs"]
+    assert sorted((job["id"], job["state"]) for job in listed) == sorted(
+        [(waiting, "paused"), (urgent, "paused"), (grouped, "paused")]
+    )
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert counts["paused"] == len(listed) == 3
+    both = (await client.call("GetJobs", queue="q", state=["paused", "delayed"]))["jobs"]
+    assert {(job["id"], job["state"]) for job in both} == {
+        (waiting, "paused"), (urgent, "paused"), (grouped, "paused"), (later, "delayed"),
+    }  # fmt: skip
+    assert (await client.call("GetJobs", queue="q", state="waiting"))["jobs"] == []
+    assert await state_of(client, waiting) == "waiting"  # GetState still says waiting
