@@ -74,7 +74,11 @@ class Broadcasts:
                 )
 
     async def _every(self, period_s: float, name: str, build: Callable[[], dict[str, Any]]):
+        """Every `period_s` while someone wants `name`; asleep (no wake-up) while nobody does."""
         while True:
+            if not self.bus.wants(name):
+                await self.bus.wait_changed()
+                continue
             await trio.sleep(period_s)
             if self.bus.wants(name):
                 self.bus.publish([{"event": name, "ts": self.now_ms(), "data": build()}])

@@ -164,6 +164,7 @@ class EventBus:
         self._engine_subscribers = 0
         # Called with each job event's queue while someone wants `queue:counts` (broadcasts).
         self.on_queue_touched: Callable[[str], None] | None = None
+        self._changed = trio.Event()  # set (and replaced) when who listens may have changed
 
     def listening(self) -> bool:
         """Whether anyone would receive an event the engine records (it skips collecting
@@ -185,12 +186,23 @@ class EventBus:
                 return True
         return False
 
+    def listeners_changed(self) -> None:
+        """Who listens may have changed (a subscription, or a listener's `active()`): the
+        engine and the broadcasts look again."""
+        self.on_change(self.listening())
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_changed(self) -> None:
+        """Until `listeners_changed` is next called."""
+        await self._changed.wait()
+
     def subscribe(self, patterns: list[str], queue: str | None = None) -> Subscription:
         """Start a subscription; events published from now on reach it."""
         subscription = Subscription(patterns, queue)
         self.subscriptions.add(subscription)
         self._count(subscription, 1)
-        self.on_change(self.listening())
+        self.listeners_changed()
         return subscription
 
     def change(self, subscription: Subscription, patterns: list[str]) -> None:
@@ -199,7 +211,7 @@ class EventBus:
         subscription.patterns = list(dict.fromkeys(patterns))
         subscription.names = names_matching(subscription.patterns)
         self._count(subscription, 1)
-        self.on_change(self.listening())
+        self.listeners_changed()
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """End a subscription."""
@@ -207,7 +219,7 @@ class EventBus:
             self.subscriptions.discard(subscription)
             self._count(subscription, -1)
         subscription.send.close()
-        self.on_change(self.listening())
+        self.listeners_changed()
 
     def _count(self, subscription: Subscription, step: int) -> None:
         self._wanted.update(dict.fromkeys(subscription.names, step))
@@ -223,7 +235,7 @@ class EventBus:
         """Call `listener(message)` for every event of `names` (job events unless told)
         while `active()` (it must not block)."""
         self.listeners.append((listener, active, names))
-        self.on_change(self.listening())
+        self.listeners_changed()
 
     def publish_recorded(
         self, events: Iterable[tuple[str, Any, dict[str, Any]]], now_ms: float

@@ -30,7 +30,7 @@ def check_group_room(
         cap = item.groupMaxSize
         if cap is not None and depth > cap:
             prefix = f"jobs[{index}]: " if batch else ""
-            raise EngineError(f"{prefix}Group {group} is full (groupMaxSize {cap})")
+            raise EngineError(f"{prefix}Group {group} has reached its maximum size of {cap}")
         adding[group] = adding.get(group, 0) + 1
 
 

@@ -108,8 +108,10 @@ class Flows:
         """UpdateParent: older clients attach a child pushed with a placeholder parent."""
         child = self.state.jobs.get(command.childId)
         parent = self.state.jobs.get(command.parentId)
-        if child is None or parent is None:
-            raise EngineError("Failed to update parent")
+        if child is None:
+            raise EngineError(f"Child job not found: {command.childId}")
+        if parent is None:
+            raise EngineError(f"Parent job not found: {command.parentId}")
         if child is parent:  # it would wait for itself (MoveToWaitingChildren)
             raise self_dependency(child.id)
         child.parent_id = parent.id

@@ -46,12 +46,15 @@ def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
     if repeat is None or (repeat.get("pattern") is None and repeat.get("every") is None):
         return
     try:
-        if repeat.get("pattern") is not None:
-            check_pattern(repeat["pattern"], repeat.get("tz"))
-        elif repeat.get("tz") is not None:
-            zone(repeat["tz"])
+        zone(repeat.get("tz"))
     except ScheduleError as exc:
         raise EngineError(str(exc)) from None
+    pattern = repeat.get("pattern")
+    if pattern is not None:
+        try:
+            check_pattern(pattern, repeat.get("tz"))
+        except ScheduleError:
+            raise EngineError(f"Invalid repeat pattern: {pattern}") from None  # its words
     if first_occurrence(repeat, now) is None:
         raise EngineError("repeat has no future occurrence")
 

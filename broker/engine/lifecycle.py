@@ -239,8 +239,10 @@ class Lifecycle:
     def progress(self, session: ReplySink, command: cmd.Progress, now: float) -> Reply:
         """Progress: an active job reports how far it got (also a heartbeat)."""
         job = self.state.jobs.get(command.id)
-        if job is None or job.state != ACTIVE:
-            raise EngineError("Job not found or not active")
+        if job is None:
+            raise EngineError("Job not found")
+        if job.state != ACTIVE:
+            raise EngineError(f"Job is not active (current state: {job.state})")
         job.progress = command.progress
         job.progress_message = command.message
         job.last_heartbeat = now

@@ -429,8 +429,7 @@ class HttpServer:
 
     def _count_sse_client(self, change: int) -> None:
         self.sse_clients += change
-        bus = self.actor.bus
-        bus.on_change(bus.listening())  # the engine collects events only while someone listens
+        self.actor.bus.listeners_changed()  # the engine collects events only while one listens
 
     async def _live(self) -> Answer:
         return 200, "text/plain", b"OK"

@@ -12,7 +12,7 @@ async def count(client: FrameClient, queue: str = "q") -> int:
 
 async def test_a_batch_item_with_a_bad_repeat_refuses_the_whole_batch(client: FrameClient) -> None:
     cases = [
-        ({"pattern": "every day"}, "Invalid cron expression: every day"),
+        ({"pattern": "every day"}, "Invalid repeat pattern: every day"),
         ({"every": 1000, "endDate": 1000, "immediately": True}, "repeat has no future occurrence"),
     ]
     for repeat, error in cases:
