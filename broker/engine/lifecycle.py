@@ -34,6 +34,12 @@ from .state import EngineState
 
 MAX_LOGS = 100
 LOCK_INVALID = "Lock not found or invalid token"
+# WaitJob requests one connection may have waiting at once: below its 50 requests in flight,
+# so a client waiting for many jobs can still send the ACK that ends a wait.
+MAX_WAITS_PER_CONNECTION = 40
+TOO_MANY_WAITS = (
+    f"Too many WaitJob requests waiting on this connection (at most {MAX_WAITS_PER_CONNECTION})"
+)
 Reply = dict[str, Any]
 
 
@@ -44,6 +50,7 @@ class Lifecycle:
         self.state = state
         # WaitJob requests by job id: (sink, reqId), answered when the job finishes.
         self.job_waiters: dict[str, list[tuple[ReplySink, Any]]] = {}
+        self.waits_of: dict[ReplySink, int] = {}  # how many WaitJobs each connection has waiting
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -266,6 +273,10 @@ class Lifecycle:
         job = self._job(command.id, "Job not found")
         if job.state in (COMPLETED, FAILED):
             return finished_reply(job)
+        waiting = self.waits_of.get(session, 0)
+        if waiting >= MAX_WAITS_PER_CONNECTION:
+            raise EngineError(TOO_MANY_WAITS)
+        self.waits_of[session] = waiting + 1
         self.job_waiters.setdefault(job.id, []).append((session, command.reqId))
         self.state.wheel.schedule(now + command.timeout, WAIT_JOB, (job.id, session, command.reqId))
         return None
@@ -281,6 +292,7 @@ class Lifecycle:
             job = finished.pop()
             for session, req_id in self.job_waiters.pop(job.id, ()):
                 session.stage_reply(finished_reply(job, done), req_id)
+                self._wait_ended(session)
 
     def wait_timed_out(self, target: tuple[str, Any, Any]) -> None:
         """A WaitJob's time is up: answer `completed: false` if it is still waiting."""
@@ -291,6 +303,13 @@ class Lifecycle:
             if not waiting:
                 del self.job_waiters[job_id]
             session.stage_reply({"ok": True, "completed": False}, req_id)
+            self._wait_ended(session)
+
+    def _wait_ended(self, session: ReplySink) -> None:
+        """One of the connection's WaitJobs was answered."""
+        left = self.waits_of.pop(session, 1) - 1
+        if left > 0:
+            self.waits_of[session] = left
 
     def compact_memory(self, session: ReplySink, command: cmd.CompactMemory, now: float) -> Reply:
         """CompactMemory: drop stale heap and timer entries and idle empty queues."""
