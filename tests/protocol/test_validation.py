@@ -16,12 +16,12 @@ from typing import Any
 import msgspec
 import pytest
 
+from protocol import Rejected, decode_command, values
+
 # Texts the seed does not word: the reference's.
 EVERY_POSITIVE = "repeat.every must be a positive finite number"
 GROUP_MAX_SIZE = "group.maxSize must be a positive safe integer"
 BAD_JOB_NAME = "Job name must be a non-empty string of at most 256 characters"
-
-from protocol import Rejected, decode_command, values
 
 encode = msgspec.msgpack.encode
 UNDEFINED = msgspec.msgpack.Ext(0, b"\x00")  # msgpackr's JS `undefined`
