@@ -206,7 +206,10 @@ class EventBus:
         return subscription
 
     def change(self, subscription: Subscription, patterns: list[str]) -> None:
-        """Give a live subscription other patterns (WebSocket Subscribe/Unsubscribe)."""
+        """Give a live subscription other patterns (WebSocket Subscribe/Unsubscribe); one
+        that was dropped stays dropped."""
+        if subscription not in self.subscriptions:
+            return
         self._count(subscription, -1)
         subscription.patterns = list(dict.fromkeys(patterns))
         subscription.names = names_matching(subscription.patterns)

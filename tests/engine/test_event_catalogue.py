@@ -204,3 +204,19 @@ async def test_a_subscriber_of_the_snapshots_alone_costs_the_engine_nothing(
     assert [m["event"] for m in drain(subscription)] == ["stats:snapshot"]
     app.actor.bus.unsubscribe(subscription)
     assert not app.actor.bus.wants("stats:snapshot")
+
+
+async def test_a_snapshot_names_the_first_queues_and_counts_the_rest(
+    client: FrameClient,
+    app: App,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("broker.broadcasts.MAX_SNAPSHOT_QUEUES", 2)
+    assert app.actor is not None
+    subscription = app.actor.bus.subscribe(["stats:snapshot"])
+    for queue in ("c", "a", "b"):
+        await push(client, queue)
+    await trio.sleep(5.5)
+    snapshot = drain(subscription)[0]["data"]
+    assert (sorted(snapshot["queues"]), snapshot["queuesOmitted"]) == (["a", "b"], 1)
