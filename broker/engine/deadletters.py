@@ -14,7 +14,7 @@ from typing import Any
 from protocol import admin as cmd
 from protocol import groups as groups_cmd
 
-from .deadlines import TIMEOUT_REASON, TTL_REASON
+from .deadlines import dlq_reason
 from .dlq import RETRY_KEYS, apply_dlq_config, auto_retry_due, dlq_config
 from .model import FAILED, Job
 from .queues import QueueState
@@ -27,20 +27,6 @@ MAX_PAGE = 1000
 Reply = dict[str, Any]
 DLQ_REASONS = ("explicit_fail", "max_attempts_exceeded", "timeout", "stalled", "ttl_expired",
                "worker_lost", "unknown")  # fmt: skip
-
-
-def dlq_reason(job: Job) -> str:
-    """The reference's failure category for a failed job (from trioq's failure text)."""
-    reason = job.failed_reason or ""
-    if reason == TTL_REASON:
-        return "ttl_expired"
-    if reason == TIMEOUT_REASON:
-        return "timeout"
-    if "stall" in reason.lower() or "lock expired" in reason.lower():
-        return "stalled"
-    if job.attempts >= job.max_attempts:
-        return "max_attempts_exceeded"
-    return "explicit_fail"
 
 
 def _finished(job: Job) -> tuple[float, str]:

@@ -32,6 +32,7 @@ from .deadlines import (
     TTL_REASON,
     arm_timeout,
     arm_ttl,
+    dlq_reason,
     retry_delay,
     timer_is_current,
 )
@@ -849,8 +850,6 @@ class EngineState:
 
     def _announce_dead_letter(self, job: Job) -> None:
         """`dlq:added` for a job that just failed for good, with the reference's category."""
-        from .deadletters import dlq_reason  # (deadletters.py imports this module)
-
         event = {"queue": job.queue, "jobId": job.id, "reason": dlq_reason(job)}
         self.announce("dlq:added", event)
 
