@@ -22,6 +22,7 @@ import trio
 
 from store import Store, StoreError, open_postgres, open_sqlite
 
+from .broadcasts import Broadcasts
 from .clock import Clock
 from .config import Config
 from .engine.actor import EngineActor
@@ -46,6 +47,9 @@ class App:
 
     The store (None: memory only) is opened and closed by the caller; the App only uses it.
     """
+
+    broadcasts: Broadcasts
+    """The serving engine's snapshots and counts (events.py), made by `wire`."""
 
     def __init__(
         self, config: Config, store: Store | None = None, clock: Clock | None = None
@@ -107,6 +111,10 @@ class App:
             engine.webhooks, actor.submit, retry_base_s=config.webhook_retry_s
         )
         actor.bus.add_listener(dispatcher.on_event, engine.webhooks.has_enabled)
+        self.broadcasts = Broadcasts(
+            actor.bus, engine, actor.clock.now_ms,
+            lambda: (len(tcp.connections), *metrics.http_transports()),
+        )  # fmt: skip
         return metrics, dispatcher
 
     @property
@@ -135,6 +143,7 @@ class App:
                 await actor.restore()
                 await nursery.start(actor.run)
                 servers.start_soon(dispatcher.run)  # cancelled with the servers at shutdown
+                servers.start_soon(self.broadcasts.run)
                 http.ready = True
                 await self.stopped.wait()
                 http.ready = False

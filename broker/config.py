@@ -113,8 +113,7 @@ def convert(field: attrs.Attribute, value: Any, source: str) -> Any:  # type: ig
                 raise ValueError(value)
             return text in ("1", "true", "yes", "on")
         if kind is frozenset:
-            items = value.split(",") if isinstance(value, str) else list(value)
-            return frozenset(str(item).strip() for item in items if str(item).strip())
+            return _tokens(value, source, field.name)
         converted = kind(value)  # type: ignore[misc]  # str, int or float
     except (TypeError, ValueError):
         raise ConfigError(f"{source}: {field.name} cannot be {value!r} ({_takes(field)})") from None
@@ -141,6 +140,19 @@ def _takes(field: attrs.Attribute) -> str:  # type: ignore[type-arg]
     if kind is bool:
         return "it must be true or false"
     return "it must be a whole number" if kind is int else "it must be a number"
+
+
+def _tokens(value: Any, source: str, name: str) -> frozenset[str]:
+    """Auth tokens, trimmed. A blank one never authenticates, and is refused rather than
+    dropped where it was given on purpose (`--auth-token ""`, a TOML list entry, a variable
+    holding only commas): it would leave the broker open to all. An empty variable and a
+    trailing comma are no token."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    tokens = frozenset(str(item).strip() for item in items if str(item).strip())
+    blank_entry = not isinstance(value, str) and len(tokens) < len(items)
+    if blank_entry or (isinstance(value, str) and value.strip() and not tokens):
+        raise ConfigError(f"{source}: {name} cannot hold an empty token")
+    return tokens
 
 
 def load(file: str | None, environ: Mapping[str, str], flags: Mapping[str, Any]) -> Config:

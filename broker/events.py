@@ -1,43 +1,130 @@
-"""Job events for subscribers (WebSocket) and webhooks, published after each commit.
+"""Events for subscribers (WebSocket, SSE, TCP) and webhooks, published after each commit.
 
-The engine collects the events of a pass (only while someone listens) and the actor hands
-them here once the pass is committed, so nobody hears of a change that is not stored. Each
-subscriber has a bounded buffer; a subscriber that falls that far behind is dropped with a
-reason instead of slowing the engine or growing memory.
+The event catalogue is the reference's (its WebSocket `Subscribe` accepts these names, `*` and
+`<family>:*`): job events (`job:completed`, ...) carry `{queue, jobId, ...}`; the others name
+what changed (`queue:paused` `{queue}`, `worker:connected` `{workerId, name, ...}`, ...), and
+`queue:counts`, `stats:snapshot` and `health:status` come from broadcasts.py. A message is
+`{event, ts, data}`.
+
+The engine collects the events of a pass (only while someone listens) and the actor hands them
+here once the pass is committed, so nobody hears of a change that is not stored. A message is
+built only when some subscriber or listener wants its name, and each subscriber only gets the
+names its patterns match (for a subscriber that names a queue, only that queue's events and
+those of no queue). Each subscriber has a bounded buffer; a subscriber that falls that far
+behind is dropped with a reason instead of slowing the engine or growing memory.
 """
 
 from __future__ import annotations
 
-import fnmatch
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
 
-EVENT_TYPES = (
-    "pushed", "active", "progress", "completed", "failed", "retried", "delayed", "stalled",
-    "removed",
-)  # fmt: skip
+# Every event name a subscription may name: the reference's catalogue, by family.
+CATALOGUE: dict[str, tuple[str, ...]] = {
+    "job": (
+        "pushed", "active", "completed", "failed", "removed", "promoted", "progress", "delayed",
+        "stalled", "retried", "discarded", "priority-changed", "data-updated", "delay-changed",
+        "timeout", "lock-expired", "deduplicated", "waiting-children", "dependencies-resolved",
+        "moved-to-delayed", "expired",
+    ),
+    "queue": (
+        "created", "removed", "paused", "resumed", "drained", "cleaned", "obliterated",
+        "counts", "idle", "threshold",
+    ),
+    "dlq": ("added", "retried", "retry-all", "purged", "auto-retried", "expired"),
+    "flow": ("completed", "failed"),
+    "cron": ("created", "updated", "deleted", "fired", "missed", "skipped"),
+    "worker": (
+        "connected", "disconnected", "heartbeat", "idle", "removed-stale", "overloaded", "error",
+    ),
+    "ratelimit": ("set", "cleared", "hit", "rejected"),
+    "concurrency": ("set", "cleared", "rejected"),
+    "webhook": ("added", "removed", "fired", "failed", "enabled", "disabled"),
+    "batch": ("pushed", "pulled"),
+    "client": ("connected", "disconnected"),
+    "auth": ("failed",),
+    "cleanup": ("orphans-removed", "stale-deps-removed"),
+    "health": ("status",),
+    "stats": ("snapshot",),
+    "storage": ("status", "backup-started", "backup-completed", "backup-failed", "size-warning"),
+    "server": ("started", "shutdown", "recovered", "memory-warning"),
+    "memory": ("compacted",),
+    "config": ("stall-changed", "dlq-changed"),
+}  # fmt: skip
+EVENT_NAMES = frozenset(f"{family}:{name}" for family, names in CATALOGUE.items() for name in names)
+VALID_PATTERNS = EVENT_NAMES | {"*"} | {f"{family}:*" for family in CATALOGUE}
+JOB_EVENTS = frozenset(name for name in EVENT_NAMES if name.startswith("job:"))
+# What the broker publishes by itself, on a timer (broadcasts.py), not from the engine.
+PERIODIC_EVENTS = frozenset({"health:status", "stats:snapshot"})
+
+# What a TCP `SubscribeEvents` without `events` gets: the job events the reference sends its
+# TCP subscribers, and a queue's pause and resume (its QueueEvents hear `paused`, `resumed`).
+TCP_DEFAULT_PATTERNS = [
+    "job:pushed", "job:active", "job:completed", "job:failed", "job:progress", "job:stalled",
+    "job:removed", "job:delayed", "job:retried", "queue:paused", "queue:resumed",
+]  # fmt: skip
+
 SUBSCRIBER_BUFFER = 1000
 DROPPED_SLOW = "subscriber too slow: its event buffer filled up"
 
 
+def invalid_patterns(patterns: Iterable[str]) -> list[str]:
+    """The patterns that name no event of the catalogue (nor `*`, nor `<family>:*`)."""
+    return [pattern for pattern in patterns if pattern not in VALID_PATTERNS]
+
+
+def names_matching(patterns: Iterable[str]) -> frozenset[str]:
+    """The event names the patterns select (`*`: all; `job:*`: every job event)."""
+    names: set[str] = set()
+    for pattern in patterns:
+        if pattern == "*":
+            return EVENT_NAMES
+        if pattern.endswith(":*"):
+            family = pattern[:-2]
+            names.update(f"{family}:{name}" for name in CATALOGUE.get(family, ()))
+        elif pattern in EVENT_NAMES:
+            names.add(pattern)
+    return frozenset(names)
+
+
 def event_message(kind: str, job: Any, extra: dict[str, Any], now_ms: float) -> dict[str, Any]:
-    """The message a subscriber receives: {event, ts, data: {queue, jobId, ...}}."""
+    """The message a subscriber receives, `{event, ts, data}`, from what the engine recorded:
+    a job event (`kind` such as "completed", with its job) gets `data: {queue, jobId, ...}`;
+    any other event is named in full (`kind` "queue:paused", no job) and `extra` is its data."""
+    if job is None:
+        return {"event": kind, "ts": now_ms, "data": extra}
     data: dict[str, Any] = {"queue": job.queue, "jobId": job.id, **extra}
     return {"event": f"job:{kind}", "ts": now_ms, "data": data}
 
 
-# The reference's JobEvent type names, where trioq's differ.
-REFERENCE_EVENT_TYPES = {"active": "pulled"}
+def event_name(kind: str, job: Any) -> str:
+    """The full name of an event the engine recorded (see `event_message`)."""
+    return kind if job is None else f"job:{kind}"
+
+
+# The reference's JobEvent type names (what its TCP subscribers and QueueEvents read), where
+# the event's own name is not `job:<type>`.
+REFERENCE_EVENT_TYPES = {
+    "job:active": "pulled", "queue:paused": "paused", "queue:resumed": "resumed",
+}  # fmt: skip
 
 
 def tcp_event_frame(message: dict[str, Any]) -> dict[str, Any]:
     """A bus message as the reference pushes it to a TCP subscriber (`SubscribeEvents`):
-    `{type: "event", event: {eventType, queue, jobId, timestamp, ...}}`."""
-    kind = message["event"].removeprefix("job:")
+    `{type: "event", event: {eventType, queue, jobId, timestamp, ...}}`. A job event's type is
+    the reference's (`pulled`, `completed`...), as are `paused` and `resumed` (with `jobId: ""`,
+    as the reference sends them); other events keep their full name (`worker:connected`)."""
+    name = message["event"]
+    event_type = REFERENCE_EVENT_TYPES.get(name)
+    if event_type is None:
+        event_type = name[4:] if name.startswith("job:") else name
     event = dict(message["data"])
-    event["eventType"] = REFERENCE_EVENT_TYPES.get(kind, kind)
+    if event_type in ("paused", "resumed"):
+        event.setdefault("jobId", "")
+    event["eventType"] = event_type
     event["timestamp"] = float(message["ts"])
     return {"type": "event", "event": event}
 
@@ -46,61 +133,134 @@ class Subscription:
     """One subscriber: which events it wants, its bounded buffer, and why it was dropped."""
 
     def __init__(self, patterns: list[str], queue: str | None) -> None:
-        self.patterns = patterns
+        self.patterns = list(dict.fromkeys(patterns))  # as given, repeats dropped
+        self.names = names_matching(self.patterns)
         self.queue = queue
         self.send, self.receive = trio.open_memory_channel[dict[str, Any]](SUBSCRIBER_BUFFER)
         self.dropped: str | None = None
 
     def wants(self, message: dict[str, Any]) -> bool:
-        """Whether the message matches this subscription's queue and event patterns."""
-        if self.queue is not None and message["data"]["queue"] != self.queue:
+        """Whether the message matches this subscription's names and queue (an event that
+        names no queue reaches every subscriber of its name)."""
+        if message["event"] not in self.names:
             return False
-        return any(fnmatch.fnmatchcase(message["event"], p) for p in self.patterns)
+        if self.queue is None:
+            return True
+        queue = message["data"].get("queue") if isinstance(message["data"], dict) else None
+        return queue is None or queue == self.queue
 
 
 class EventBus:
-    """Fans job events out to subscriptions and to other listeners (webhooks)."""
+    """Fans events out to subscriptions and to other listeners (webhooks, the SSE ring)."""
 
     def __init__(self) -> None:
         self.subscriptions: set[Subscription] = set()
-        self.listeners: list[tuple[Callable[[dict[str, Any]], None], Callable[[], bool]]] = []
+        self.listeners: list[
+            tuple[Callable[[dict[str, Any]], None], Callable[[], bool], frozenset[str]]
+        ] = []
         self.on_change: Callable[[bool], None] = lambda listening: None
+        # How many subscriptions want each name, and how many want any the engine records.
+        self._wanted: Counter[str] = Counter()
+        self._engine_subscribers = 0
+        # Called with each job event's queue while someone wants `queue:counts` (broadcasts).
+        self.on_queue_touched: Callable[[str], None] | None = None
+        self._changed = trio.Event()  # set (and replaced) when who listens may have changed
 
     def listening(self) -> bool:
-        """Whether anyone would receive an event (the engine skips collecting otherwise)."""
-        if self.subscriptions:
+        """Whether anyone would receive an event the engine records (it skips collecting
+        otherwise): a subscriber of any but the periodic ones, or an active listener."""
+        if self._engine_subscribers:
             return True
         # A loop, not any() over a generator: this runs on every pass.
-        for _, active in self.listeners:  # noqa: SIM110
+        for _, active, _ in self.listeners:  # noqa: SIM110
             if active():
                 return True
         return False
+
+    def wants(self, name: str) -> bool:
+        """Whether some subscriber or active listener would receive an event of this name."""
+        if self._wanted[name]:
+            return True
+        for _, active, names in self.listeners:  # noqa: SIM110
+            if name in names and active():
+                return True
+        return False
+
+    def listeners_changed(self) -> None:
+        """Who listens may have changed (a subscription, or a listener's `active()`): the
+        engine and the broadcasts look again."""
+        self.on_change(self.listening())
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_changed(self) -> None:
+        """Until `listeners_changed` is next called."""
+        await self._changed.wait()
 
     def subscribe(self, patterns: list[str], queue: str | None = None) -> Subscription:
         """Start a subscription; events published from now on reach it."""
         subscription = Subscription(patterns, queue)
         self.subscriptions.add(subscription)
-        self.on_change(True)
+        self._count(subscription, 1)
+        self.listeners_changed()
         return subscription
+
+    def change(self, subscription: Subscription, patterns: list[str]) -> None:
+        """Give a live subscription other patterns (WebSocket Subscribe/Unsubscribe); one
+        that was dropped stays dropped."""
+        if subscription not in self.subscriptions:
+            return
+        self._count(subscription, -1)
+        subscription.patterns = list(dict.fromkeys(patterns))
+        subscription.names = names_matching(subscription.patterns)
+        self._count(subscription, 1)
+        self.listeners_changed()
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """End a subscription."""
-        self.subscriptions.discard(subscription)
+        if subscription in self.subscriptions:
+            self.subscriptions.discard(subscription)
+            self._count(subscription, -1)
         subscription.send.close()
-        self.on_change(self.listening())
+        self.listeners_changed()
+
+    def _count(self, subscription: Subscription, step: int) -> None:
+        self._wanted.update(dict.fromkeys(subscription.names, step))
+        if subscription.names - PERIODIC_EVENTS:
+            self._engine_subscribers += step
 
     def add_listener(
-        self, listener: Callable[[dict[str, Any]], None], active: Callable[[], bool]
+        self,
+        listener: Callable[[dict[str, Any]], None],
+        active: Callable[[], bool],
+        names: frozenset[str] = JOB_EVENTS,
     ) -> None:
-        """Call `listener(message)` for every event while `active()` (it must not block)."""
-        self.listeners.append((listener, active))
-        self.on_change(self.listening())
+        """Call `listener(message)` for every event of `names` (job events unless told)
+        while `active()` (it must not block)."""
+        self.listeners.append((listener, active, names))
+        self.listeners_changed()
+
+    def publish_recorded(
+        self, events: Iterable[tuple[str, Any, dict[str, Any]]], now_ms: float
+    ) -> None:
+        """Publish what the engine recorded in a committed pass, `(kind, job, extra)` each
+        (see `event_message`); an event nobody wants is skipped before its message is built."""
+        touched = self.on_queue_touched if self.wants("queue:counts") else None
+        for kind, job, extra in events:
+            if touched is not None and job is not None:
+                touched(job.queue)
+            if self.wants(event_name(kind, job)):
+                self.publish((event_message(kind, job, extra, now_ms),))
 
     def publish(self, messages: Iterable[dict[str, Any]]) -> None:
         """Deliver committed events; never blocks (a full subscriber is dropped)."""
         for message in messages:
-            for listener, _ in self.listeners:
-                listener(message)
+            name = message["event"]
+            for listener, _, names in self.listeners:
+                if name in names:
+                    listener(message)
+            if not self._wanted[name]:
+                continue
             for subscription in list(self.subscriptions):
                 if not subscription.wants(message):
                     continue

@@ -289,6 +289,7 @@ class RoleLoop:
                 self.restore_s = trio.current_time() - started
                 await engine.start(actor.run)
                 servers.start_soon(dispatcher.run)
+                servers.start_soon(app.broadcasts.run)
                 http.ready = True
                 log.info("active: serving (epoch %s), restored in %.2f s (%d jobs)",
                          self.epoch, self.restore_s, len(actor.engine.state.jobs))  # fmt: skip

@@ -142,7 +142,12 @@ class QueueLimit(QueueQuery):
         super().__post_init__()
         if self.limit is None:
             raise CommandError("limit is required")
-        self.limit = whole(self.limit, "limit", 0, minimum=1)
+        try:
+            self.limit = whole(self.limit, "limit", 0, minimum=1)
+        except CommandError as exc:
+            if str(exc) == "limit must be a number":  # in the reference's words
+                raise CommandError("limit must be a finite number") from None
+            raise
 
 
 class RateLimit(QueueLimit, tag="RateLimit"):

@@ -261,6 +261,9 @@ class AckBatch(Command, tag="ACKB"):
             self.tokens = [lease_token(token, "tokens[]") for token in self.tokens]
 
 
+MAX_STACK_LINES = 100  # a FAIL's stack lines read, before the job's stackTraceLimit applies
+
+
 class Fail(Command, tag="FAIL"):
     """Fail an active job: retry with backoff, or move it to the dead-letter queue."""
 
@@ -278,7 +281,8 @@ class Fail(Command, tag="FAIL"):
         if self.stack is not None:
             if not isinstance(self.stack, list):
                 raise CommandError("stack must be an array of strings")
-            self.stack = [line if isinstance(line, str) else str(line) for line in self.stack]
+            # The reference's rule: lines that are not strings are left out, at most 100 kept.
+            self.stack = [line for line in self.stack if isinstance(line, str)][:MAX_STACK_LINES]
         self.unrecoverable = flag(self.unrecoverable, "unrecoverable")
         self.token = lease_token(self.token, "token")
         self.removeOnFail = flag(self.removeOnFail, "removeOnFail")
@@ -404,11 +408,22 @@ class ListWorkers(Command, tag="ListWorkers"):
 
 class SubscribeEvents(Command, tag="SubscribeEvents"):
     """This connection receives the queue's job events as `{type: "event", event}` frames
-    (one queue per connection: a second subscription replaces the first)."""
+    (one subscription per connection: a second one replaces the first). With `events` (event
+    names or patterns, as the WebSocket's Subscribe takes them) it receives those instead,
+    and `queue` may be left out (every queue)."""
 
     queue: Any = None
+    events: Any = None
 
     def __post_init__(self) -> None:
+        if self.events is not None:
+            events = self.events
+            if not isinstance(events, list) or not events:
+                raise CommandError("events must be a non-empty array")
+            if not all(isinstance(pattern, str) for pattern in events):
+                raise CommandError("events must be a non-empty array")
+            if self.queue is None:
+                return
         self.queue = queue_name(self.queue)
 
 

@@ -8,7 +8,7 @@ import msgspec
 
 from .commands import Command, optional_finite
 from .errors import CommandError
-from .jobspec import job_data
+from .jobspec import BAD_JOB_NAME, MAX_JOB_NAME, hoist_name, job_payload
 from .values import (
     duration,
     flag,
@@ -27,6 +27,7 @@ class CronUpsert(Command, tag="Cron"):
     name: Any = None
     queue: Any = None
     data: msgspec.Raw = msgspec.Raw()
+    jobName: Any = None
     schedule: Any = None
     repeatEvery: Any = None
     priority: Any = None
@@ -40,7 +41,7 @@ class CronUpsert(Command, tag="Cron"):
     def __post_init__(self) -> None:
         self.name = required_str(self.name, "name")
         self.queue = queue_name(self.queue)
-        self.data = job_data(self.data, NULL_DATA)  # type: ignore[assignment]  # plain bytes
+        self._job_name_and_data()
         self.schedule = optional_str(self.schedule, "schedule")
         if self.repeatEvery is not None:
             self.repeatEvery = duration(self.repeatEvery, "repeatEvery")
@@ -60,6 +61,19 @@ class CronUpsert(Command, tag="Cron"):
             self.skipMissedOnRestart, "skipMissedOnRestart"
         )
         self.immediately = flag(self.immediately, "immediately")
+
+    def _job_name_and_data(self) -> None:
+        """The name of the jobs the cron pushes: `jobName` (protocol v3 clients send it beside
+        `data`), else an older client's `data.name` (moved out of the data, as PUSH does), else
+        None (the cron's own name). The reference's rule and text for a bad one."""
+        raw, payload = job_payload(self.data, NULL_DATA)
+        name = self.jobName
+        if name is None:
+            name, raw = hoist_name(raw, payload)
+        if name is not None and (not isinstance(name, str) or not 0 < len(name) <= MAX_JOB_NAME):
+            raise CommandError(BAD_JOB_NAME)
+        self.jobName = name
+        self.data = raw  # type: ignore[assignment]  # plain bytes
 
 
 class CronName(Command):

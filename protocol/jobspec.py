@@ -97,8 +97,8 @@ def repeat_options(value: Any) -> dict[str, Any] | None:
             result[key] = finite(value[key], f"repeat.{key}")
     if value.get("every") is not None:
         every = duration(value["every"], "repeat.every")
-        if every <= 0:
-            raise CommandError("repeat.every must be greater than 0")
+        if every <= 0:  # the seed names no text: the reference's
+            raise CommandError("repeat.every must be a positive finite number")
         result["every"] = every
     for key in ("pattern", "tz"):
         if value.get(key) is not None:
@@ -178,6 +178,14 @@ def hoist_name(data: bytes, payload: Any) -> tuple[str | None, bytes]:
     return name, _encode(payload)
 
 
+def group_max_size(value: Any) -> int:
+    """groupMaxSize: a whole number from 1 to 2^53 - 1 (out of range: the reference's text)."""
+    size = integer(value, "groupMaxSize")
+    if not 0 < size <= MAX_SAFE_INTEGER:
+        raise CommandError("group.maxSize must be a positive safe integer")
+    return size
+
+
 class JobFields(msgspec.Struct, kw_only=True):
     """Every option a new job may carry; normalised in place by `__post_init__`.
 
@@ -241,11 +249,12 @@ class JobFields(msgspec.Struct, kw_only=True):
 
     def _check_data(self) -> None:
         raw, payload = job_payload(self.data)
-        name = optional_str(self.name, "name")
-        if name is not None and not 0 < len(name) <= MAX_JOB_NAME:
-            raise CommandError(BAD_JOB_NAME)
+        name = self.name
         if name is None:
             name, raw = hoist_name(raw, payload)
+        # The reference's rule and text, for a given name and one an older SDK put in data.
+        if name is not None and (not isinstance(name, str) or not 0 < len(name) <= MAX_JOB_NAME):
+            raise CommandError(BAD_JOB_NAME)
         self.name = name if name is not None else "default"
         self.data = raw  # type: ignore[assignment]  # normalised: plain bytes
 
@@ -266,10 +275,7 @@ class JobFields(msgspec.Struct, kw_only=True):
         if self.timeout is not None:
             self.timeout = duration(self.timeout, "timeout", minimum=0)
         if self.groupMaxSize is not None:
-            size = integer(self.groupMaxSize, "groupMaxSize")
-            if not 0 < size <= MAX_SAFE_INTEGER:
-                raise CommandError("groupMaxSize must be a positive safe integer")
-            self.groupMaxSize = size
+            self.groupMaxSize = group_max_size(self.groupMaxSize)
         if self.stackTraceLimit is None:
             self.stackTraceLimit = DEFAULT_STACK_TRACE_LIMIT
         else:

@@ -35,6 +35,18 @@ def test_tokens_from_the_environment_and_flags() -> None:
     assert flags.auth_tokens == frozenset({"p", "q"})
 
 
+def test_an_empty_auth_token_is_refused_not_dropped(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--auth-tokens: auth_tokens cannot hold an empty token"):
+        config_for(["--auth-token", " "], {})
+    with pytest.raises(ConfigError, match="TRIOQ_AUTH_TOKENS: auth_tokens cannot hold an empty"):
+        config_for([], {"TRIOQ_AUTH_TOKENS": " , "})
+    file = tmp_path / "trioq.toml"
+    file.write_text('auth_tokens = ["a", ""]\n')
+    with pytest.raises(ConfigError, match="auth_tokens cannot hold an empty token"):
+        config_for(["--config", str(file)], {})
+    assert config_for([], {"TRIOQ_AUTH_TOKENS": ""}).auth_tokens == frozenset()  # unset
+
+
 def test_bad_settings_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="TRIOQ_PORT: port cannot be 'many'"):
         load(None, {"TRIOQ_PORT": "many"}, {})

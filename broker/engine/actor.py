@@ -25,7 +25,7 @@ import trio
 from store import Store, StoreError, StoreUnavailable
 
 from ..clock import Clock
-from ..events import EventBus, event_message
+from ..events import EventBus
 from .core import Engine
 from .housekeeping import PURGE, Purge, purged_ids
 from .inflight import InFlightCommit
@@ -642,7 +642,7 @@ class EngineActor:
         """A pass is committed: now subscribers and webhooks may hear of its events."""
         if events:
             now = self.clock.now_ms()
-            self.bus.publish(event_message(kind, job, extra, now) for kind, job, extra in events)
+            self.bus.publish_recorded(events, now)
             events.clear()
         self.engine.state.emitting = self.bus.listening()  # webhooks may have come or gone
 

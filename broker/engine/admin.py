@@ -62,6 +62,8 @@ class QueueAdmin:
         removed = self.state.remove_many(self.state.jobs_of(command.queue, QUEUED_STATES))
         reply = {"ok": True, "count": len(removed)}
         self.state.purge_later(removed)
+        if removed:
+            self.state.announce("queue:drained", {"queue": command.queue, "count": len(removed)})
         return reply
 
     def obliterate(self, session: ReplySink, command: cmd.Obliterate, now: float) -> Reply:
@@ -76,6 +78,8 @@ class QueueAdmin:
             if queue.crons:  # its crons stay (CronDelete removes them): so does the queue
                 self.state.queue(queue.name).crons = queue.crons
         self.state.purge_later(removed)
+        self.state.announce("queue:obliterated", {"queue": command.queue})
+        self.state.announce("queue:removed", {"queue": command.queue})
         return {"ok": True}
 
     def list_queues(self, session: ReplySink, command: cmd.ListQueues, now: float) -> Reply:
@@ -96,6 +100,10 @@ class QueueAdmin:
         removed = self.state.remove_many(old[: command.limit])
         reply = {"ok": True, "count": len(removed), "ids": [job.id for job in removed]}
         self.state.purge_later(removed)
+        if removed:
+            named = {} if command.state is None else {"state": command.state}
+            event = {"queue": command.queue, **named, "count": len(removed)}
+            self.state.announce("queue:cleaned", event)
         return reply
 
     def get_jobs(self, session: ReplySink, command: cmd.GetJobs, now: float) -> Reply:
@@ -103,6 +111,7 @@ class QueueAdmin:
         (a larger `limit` is cut to it, so no listing builds a huge reply in one pass)."""
         states = set(command.state)
         queue = self.state.queues.get(command.queue)
+        paused = False
         if command.explicit and queue is not None and queue.paused:
             # A paused queue's ready jobs are listed as paused, and only as paused.
             paused = "paused" in states
@@ -113,7 +122,12 @@ class QueueAdmin:
         end = command.offset + min(command.limit, MAX_PAGE)
         first = heapq.nsmallest(end, jobs, key=_age) if end < len(jobs) else sorted(jobs, key=_age)
         page = first[command.offset : end]
-        return {"ok": True, "jobs": [job.to_wire_with_state() for job in page]}
+        listed = [job.to_wire_with_state() for job in page]
+        if paused:  # their state is `paused` there, as the reference lists them
+            for entry in listed:
+                if entry.state in READY_STATES:
+                    entry.state = "paused"
+        return {"ok": True, "jobs": listed}
 
     def counts_per_priority(
         self, session: ReplySink, command: cmd.GetCountsPerPriority, now: float

@@ -1,5 +1,6 @@
-"""Admission checks shared by PUSH, PUSHB (jobs.py) and PUSHF (flows.py): group room and
-dependency cycles. Functions; they only read EngineState.
+"""Admission checks shared by PUSH, PUSHB (jobs.py) and PUSHF (flows.py): group room,
+dependency cycles and the reuse of a finished job's custom id. Functions; they only read
+EngineState.
 """
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import EngineError
+from .errors import EngineError, id_still_named
+from .model import WAITING_CHILDREN
 from .state import EngineState
 
 
@@ -29,7 +31,7 @@ def check_group_room(
         cap = item.groupMaxSize
         if cap is not None and depth > cap:
             prefix = f"jobs[{index}]: " if batch else ""
-            raise EngineError(f"{prefix}Group {group} is full (groupMaxSize {cap})")
+            raise EngineError(f"{prefix}Group {group} has reached its maximum size of {cap}")
         adding[group] = adding.get(group, 0) + 1
 
 
@@ -57,3 +59,20 @@ def find_cycle(edges: Mapping[str, Iterable[str]]) -> list[str] | None:
                 on_path.add(dep)
                 stack.append(iter(edges[dep]))
     return None
+
+
+def check_id_reuse(state: EngineState, custom_id: str | None) -> None:
+    """A custom id whose job completed and was forgotten (removeOnComplete, retention) may not
+    name a new job while jobs still waiting for dependencies name it in `dependsOn`: one id
+    would have two meanings for them (a restart, which knows only the new job, would have them
+    wait for it). The reference refuses it alike."""
+    if custom_id is None or custom_id not in state.done_ids or custom_id in state.jobs:
+        return
+    jobs = state.jobs
+    for waiting in state.dependents.values():  # the jobs still waiting for something
+        for job_id in waiting:
+            job = jobs.get(job_id)
+            if job is None or job.state != WAITING_CHILDREN:
+                continue
+            if custom_id in job.opts.depends_on:
+                raise id_still_named(custom_id)

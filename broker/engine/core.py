@@ -62,6 +62,7 @@ class Engine:
         self.crons = CronScheduler(state)
         self.workers = WorkerRegistry()
         self.webhooks = WebhookRegistry()
+        self.workers.announce = self.webhooks.announce = state.announce
         self.admin = QueueAdmin(state, self.pulls, self.info)
         self.dashboard = Dashboard(state, self.admin, self.jobs, self.workers, self.crons)
         routes = Routes()

@@ -1,7 +1,7 @@
 """Crons: named schedules that push a job each time they fire.
 
-A cron fires on the timer wheel at its `nextRun`; firing pushes a job (name = the cron's name)
-and moves `nextRun` on, in the same pass, so both are committed together. With
+A cron fires on the timer wheel at its `nextRun`; firing pushes a job (named `jobName`, else
+the cron's name) and moves `nextRun` on, in the same pass, so both are committed together. With
 `preventOverlap` (the default) the job carries the unique key `cron:<name>`, so a fire while
 the previous run is still queued or active adds nothing; an upsert removes a run of the old
 definition that is still queued (one that started runs on). After `maxLimit` fires the cron
@@ -54,6 +54,7 @@ class Cron:
     skip_missed_on_restart: bool
     next_run: float
     executions: int = 0
+    job_name: str | None = None  # its jobs' name; None: the cron's own (stored before it was)
 
     def following(self, after: float, now: float) -> float:
         """The fire time after `after` (a fire at `after` just happened, or is missed)."""
@@ -66,6 +67,7 @@ class Cron:
         """The cron as Cron/CronGet/CronList show it."""
         return {
             "name": self.name,
+            "jobName": self.job_name or self.name,
             "queue": self.queue,
             "schedule": self.schedule,
             "repeatEvery": self.repeat_every,
@@ -78,6 +80,11 @@ class Cron:
     def to_record(self) -> Record:
         """The stored form."""
         return Record(CRON, self.name, _encode(attrs.asdict(self)))
+
+
+def _job_name(cron: Cron) -> str:
+    """The name of the jobs a cron pushes."""
+    return cron.job_name or cron.name
 
 
 def _overlap_key(cron: Cron) -> str | None:
@@ -129,7 +136,7 @@ class CronScheduler:
             command.name, command.queue, command.data, command.schedule,  # type: ignore[arg-type]
             command.repeatEvery, command.priority, command.maxLimit, command.timezone,
             command.uniqueKey, command.preventOverlap, command.skipMissedOnRestart, now,
-            old.executions if old else 0,
+            old.executions if old else 0, command.jobName,
         )  # fmt: skip
         if not (command.immediately and old is None):
             cron.next_run = cron.following(now, now)
@@ -142,7 +149,14 @@ class CronScheduler:
             self._let_queue_go(old)
         self._keep_queue(cron)
         self._arm_cron(cron)
-        keys = ("name", "queue", "schedule", "repeatEvery", "nextRun", "timezone")
+        event: Reply = {"name": cron.name, "queue": cron.queue}
+        if cron.schedule is not None:
+            event["pattern"] = cron.schedule
+        if cron.repeat_every is not None:
+            event["every"] = cron.repeat_every
+        event["nextRun"] = cron.next_run
+        self.state.announce("cron:updated" if old else "cron:created", event)
+        keys = ("name", "jobName", "queue", "schedule", "repeatEvery", "nextRun", "timezone")
         return {"ok": True, "cron": {key: cron.summary()[key] for key in keys}}
 
     def _remove_queued_run(self, cron: Cron | None, now: float) -> None:
@@ -154,7 +168,7 @@ class CronScheduler:
             return
         job_id = self.state.key_owner(UNIQUE, cron.queue, key, now)
         job = self.state.jobs.get(job_id) if job_id is not None else None
-        if job is not None and job.name == cron.name and job.state in QUEUED_STATES:
+        if job is not None and job.name == _job_name(cron) and job.state in QUEUED_STATES:
             self.state.remove(job)
 
     def cron_get(self, session: ReplySink, command: cmd.CronGet, now: float) -> Reply:
@@ -171,6 +185,7 @@ class CronScheduler:
             raise EngineError(CRON_NOT_FOUND)
         self._let_queue_go(cron)
         self._cron_changed(command.name)
+        self.state.announce("cron:deleted", {"name": command.name})
         return {"ok": True}
 
     def cron_list(self, session: ReplySink, command: cmd.CronList, now: float) -> Reply:
@@ -211,7 +226,7 @@ class CronScheduler:
             return
         key = _overlap_key(cron)
         if key is None or self.state.key_owner(UNIQUE, cron.queue, key, now) is None:
-            job = Job(uuid7(), cron.queue, cron.name, cron.data, now, now, unique_key=key)
+            job = Job(uuid7(), cron.queue, _job_name(cron), cron.data, now, now, unique_key=key)
             job.priority = cron.priority
             job.last_heartbeat = now
             self.state.add(job, now)

@@ -14,7 +14,7 @@ from typing import Any
 from protocol import admin as cmd
 from protocol import groups as groups_cmd
 
-from .deadlines import TIMEOUT_REASON, TTL_REASON
+from .deadlines import dlq_reason
 from .dlq import RETRY_KEYS, apply_dlq_config, auto_retry_due, dlq_config
 from .model import FAILED, Job
 from .queues import QueueState
@@ -27,20 +27,6 @@ MAX_PAGE = 1000
 Reply = dict[str, Any]
 DLQ_REASONS = ("explicit_fail", "max_attempts_exceeded", "timeout", "stalled", "ttl_expired",
                "worker_lost", "unknown")  # fmt: skip
-
-
-def dlq_reason(job: Job) -> str:
-    """The reference's failure category for a failed job (from trioq's failure text)."""
-    reason = job.failed_reason or ""
-    if reason == TTL_REASON:
-        return "ttl_expired"
-    if reason == TIMEOUT_REASON:
-        return "timeout"
-    if "stall" in reason.lower() or "lock expired" in reason.lower():
-        return "stalled"
-    if job.attempts >= job.max_attempts:
-        return "max_attempts_exceeded"
-    return "explicit_fail"
 
 
 def _finished(job: Job) -> tuple[float, str]:
@@ -76,13 +62,22 @@ class DeadLetterCommands:
         failed = self.state.jobs_of(command.queue, (FAILED,))
         if command.jobId is not None:
             failed = [job for job in failed if job.id == command.jobId]
-        return {"ok": True, "count": sum(self.state.revive(job, now) for job in failed)}
+        count = sum(self.state.revive(job, now) for job in failed)
+        if count:
+            event: dict[str, Any] = {"queue": command.queue, "count": count}
+            if command.jobId is None:
+                self.state.announce("dlq:retry-all", event)
+            else:
+                self.state.announce("dlq:retried", {**event, "jobId": command.jobId})
+        return {"ok": True, "count": count}
 
     def purge_dlq(self, session: ReplySink, command: cmd.PurgeDlq, now: float) -> Reply:
         """PurgeDlq: delete the queue's failed jobs."""
         removed = self.state.remove_many(self.state.jobs_of(command.queue, (FAILED,)))
         reply = {"ok": True, "count": len(removed)}
         self.state.purge_later(removed)
+        if removed:
+            self.state.announce("dlq:purged", {"queue": command.queue, "count": len(removed)})
         return reply
 
     def set_dlq_config(self, session: ReplySink, command: cmd.SetDlqConfig, now: float) -> Reply:
@@ -94,6 +89,8 @@ class DeadLetterCommands:
         self.state.changed_settings.add(queue.name)
         retries_changed = any(key in command.config for key in RETRY_KEYS)
         apply_dlq_config(self.state, queue, now, retries=retries_changed)
+        event = {"queue": queue.name, "config": command.config}
+        self.state.announce("config:dlq-changed", event)
         return {"ok": True}
 
     def get_dlq_config(self, session: ReplySink, command: cmd.GetDlqConfig, now: float) -> Reply:

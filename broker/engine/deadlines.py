@@ -89,6 +89,21 @@ class TimedState(DeadLetterState, Protocol):
         ...
 
 
+def dlq_reason(job: Job) -> str:
+    """The reference's failure category for a failed job (from trioq's failure text; here
+    beside those texts, for GetDlqStats and the `dlq:added` event)."""
+    reason = job.failed_reason or ""
+    if reason == TTL_REASON:
+        return "ttl_expired"
+    if reason == TIMEOUT_REASON:
+        return "timeout"
+    if "stall" in reason.lower() or "lock expired" in reason.lower():
+        return "stalled"
+    if job.attempts >= job.max_attempts:
+        return "max_attempts_exceeded"
+    return "explicit_fail"
+
+
 def arm_ttl(state: TimedState, job: Job) -> None:
     if job.opts.ttl:  # 0 means none, as for `timeout`
         state.wheel.schedule(job.created_at + job.opts.ttl, TTL, job)

@@ -32,9 +32,14 @@ def self_dependency(job_id: str) -> EngineError:
     return EngineError(f"Job cannot depend on itself: {job_id}")
 
 
-def replace_blocked(job_id: str, dependents: list[str]) -> EngineError:
-    """dedup replace of a job that live jobs wait for."""
-    return EngineError(f"Cannot replace job {job_id}: jobs depend on it ({', '.join(dependents)})")
+def replace_blocked(job_id: str) -> EngineError:
+    """dedup replace of a job that live jobs wait for (the reference's text)."""
+    return EngineError(f"Cannot replace deduplicated job {job_id} because live jobs depend on it")
+
+
+def id_still_named(job_id: str) -> EngineError:
+    """A custom id reused while jobs waiting for dependencies still name its finished job."""
+    return EngineError(f"Custom ID {job_id} still has unresolved dependency consumers")
 
 
 JOB_NOT_FOUND = "Job not found"

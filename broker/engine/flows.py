@@ -20,7 +20,7 @@ import msgspec
 from protocol import flows as cmd
 from protocol import groups as groups_cmd
 
-from .admission import check_group_room, find_cycle
+from .admission import check_group_room, check_id_reuse, find_cycle
 from .errors import EngineError, self_dependency
 from .leases import active_job
 from .model import ACTIVE, COMPLETED, FAILED, QUEUED_STATES, WAITING_CHILDREN, Job, job_from_push
@@ -72,6 +72,7 @@ class Flows:
                 raise EngineError(f"duplicate flow job id: {node.id}")
             if node.id in self.state.jobs:
                 raise EngineError(f"flow job id already exists: {node.id}")
+            check_id_reuse(self.state, node.id)
             graph[node.id] = node
         for node in nodes:
             self._check_edges(node, graph)
@@ -108,8 +109,10 @@ class Flows:
         """UpdateParent: older clients attach a child pushed with a placeholder parent."""
         child = self.state.jobs.get(command.childId)
         parent = self.state.jobs.get(command.parentId)
-        if child is None or parent is None:
-            raise EngineError("Failed to update parent")
+        if child is None:
+            raise EngineError(f"Child job not found: {command.childId}")
+        if parent is None:
+            raise EngineError(f"Parent job not found: {command.parentId}")
         if child is parent:  # it would wait for itself (MoveToWaitingChildren)
             raise self_dependency(child.id)
         child.parent_id = parent.id

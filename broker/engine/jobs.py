@@ -15,7 +15,7 @@ import msgspec
 from protocol import commands as cmd
 
 from . import errors
-from .admission import check_group_room, find_cycle
+from .admission import check_group_room, check_id_reuse, find_cycle
 from .deadlines import settle_failure
 from .errors import EngineError
 from .keys import DEBOUNCE, UNIQUE
@@ -46,12 +46,15 @@ def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
     if repeat is None or (repeat.get("pattern") is None and repeat.get("every") is None):
         return
     try:
-        if repeat.get("pattern") is not None:
-            check_pattern(repeat["pattern"], repeat.get("tz"))
-        elif repeat.get("tz") is not None:
-            zone(repeat["tz"])
+        zone(repeat.get("tz"))
     except ScheduleError as exc:
         raise EngineError(str(exc)) from None
+    pattern = repeat.get("pattern")
+    if pattern is not None:
+        try:
+            check_pattern(pattern, repeat.get("tz"))
+        except ScheduleError:
+            raise EngineError(f"Invalid repeat pattern: {pattern}") from None  # its words
     if first_occurrence(repeat, now) is None:
         raise EngineError("repeat has no future occurrence")
 
@@ -111,6 +114,7 @@ class JobCommands:
         if command.jobId is not None and command.jobId in (command.dependsOn or ()):
             raise errors.self_dependency(command.jobId)
         self._check_dependencies(command.dependsOn or (), ())
+        check_id_reuse(self.state, command.jobId)
         check_repeat(command.repeat, now)
         self._check_replace(command.queue, command, {})
         check_group_room(self.state, command.queue, [command])
@@ -127,8 +131,9 @@ class JobCommands:
                 if item.customId is not None and item.customId in (item.dependsOn or ()):
                     raise errors.self_dependency(item.customId)
                 self._check_dependencies(item.dependsOn or (), batch_ids)
+                check_id_reuse(self.state, item.customId)
                 check_repeat(item.repeat, now)
-                self._check_replace(queue, item, earlier_keys, items)
+                self._check_replace(queue, item, earlier_keys, items, items[:index])
             except EngineError as exc:
                 raise EngineError(f"jobs[{index}]: {exc}") from None
             if item.uniqueKey is not None:
@@ -214,10 +219,18 @@ class JobCommands:
             raise EngineError(f"jobs[{index}]: Dependency cycle: {' -> '.join(cycle)}")
 
     def _check_replace(
-        self, queue: str, fields: Any, earlier_keys: dict[str, str | None], batch: Any = ()
+        self,
+        queue: str,
+        fields: Any,
+        earlier_keys: dict[str, str | None],
+        batch: Any = (),
+        earlier: Any = (),
     ) -> None:
         """dedup `replace` may not drop a job that other live jobs wait for: they would wait
-        forever. Checked before anything changes (the replacement itself happens later)."""
+        forever. Those are the jobs held waiting for it, the new job itself when it names it
+        in `dependsOn`, and the `earlier` items of its batch that do (the reference's rule);
+        a job of the same batch may not be replaced while any item of the batch names it.
+        Checked before anything changes (the replacement itself happens later)."""
         key = fields.uniqueKey
         if key is None or not (fields.dedup or {}).get("replace"):
             return
@@ -226,23 +239,21 @@ class JobCommands:
             custom_id = earlier_keys[key]
             if custom_id is None:  # an item without a customId: no dependsOn can name it
                 return
-            waiting = [item.customId or "?" for item in batch
-                       if custom_id in (item.dependsOn or ())]  # fmt: skip
-            if waiting:
-                raise errors.replace_blocked(custom_id, waiting)
+            if any(custom_id in (item.dependsOn or ()) for item in batch):
+                raise errors.replace_blocked(custom_id)
             return
         owner = state.key_owner(UNIQUE, queue, key, state.now)
         held = state.jobs.get(owner) if owner is not None else None
         if held is None or held.state not in NOT_STARTED:
             return
         jobs = state.jobs
-        waiting = [
-            dep_id
+        waiting = any(
+            dep_id in jobs and jobs[dep_id].state == WAITING_CHILDREN
             for dep_id in state.dependents.get(held.id, ())
-            if dep_id in jobs and jobs[dep_id].state == WAITING_CHILDREN
-        ]
-        if waiting:
-            raise errors.replace_blocked(held.id, waiting)
+        )
+        named = [fields, *earlier]  # the new job and the batch's items admitted before it
+        if waiting or any(held.id in (item.dependsOn or ()) for item in named):
+            raise errors.replace_blocked(held.id)
 
     def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
         job = job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
@@ -312,9 +323,10 @@ class JobCommands:
         if is_late(self.state, command.id, command.token):
             return already_finalized()
         job = active_job(self.state, command.id, command.token)
-        if command.stack is not None:
+        if command.stack:  # none or no line at all: the stack of an earlier attempt stays
             limit = max(int(job.opts.stack_trace_limit), 0)
-            job.stacktrace = command.stack[:limit]
+            lines = [line.strip() for line in command.stack if line.strip()]
+            job.stacktrace = lines[:limit] or None  # as the reference: trimmed, no blank line
         reason = command.error if command.error is not None else "Job failed"
         remove = command.removeOnFail or job.opts.remove_on_fail
         settle_failure(

@@ -37,6 +37,12 @@ MAX_LOGS = 100
 MAX_LOG_BYTES = 1024 * 1024
 """The bytes (UTF-8) of a job's log messages together; past it the oldest lines go."""
 LOCK_INVALID = "Lock not found or invalid token"
+# WaitJob requests one connection may have waiting at once: below its 50 requests in flight,
+# so a client waiting for many jobs can still send the ACK that ends a wait.
+MAX_WAITS_PER_CONNECTION = 40
+TOO_MANY_WAITS = (
+    f"Too many WaitJob requests waiting on this connection (at most {MAX_WAITS_PER_CONNECTION})"
+)
 Reply = dict[str, Any]
 
 
@@ -47,6 +53,7 @@ class Lifecycle:
         self.state = state
         # WaitJob requests by job id: (sink, reqId), answered when the job finishes.
         self.job_waiters: dict[str, list[tuple[ReplySink, Any]]] = {}
+        self.waits_of: dict[ReplySink, int] = {}  # how many WaitJobs each connection has waiting
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -142,10 +149,11 @@ class Lifecycle:
         if job is not None and job.state == ACTIVE:
             active_job(self.state, command.id, command.token)
             self.state.return_to_queue(job, now, now + command.delay)
-            return {"ok": True}
-        if job is None or job.state not in QUEUED_STATES:
+        elif job is None or job.state not in QUEUED_STATES:
             raise EngineError("Job not found or cannot change delay")
-        self.state.reschedule(job, now, now + command.delay)
+        else:
+            self.state.reschedule(job, now, now + command.delay)
+        self.state.emit("delay-changed", job, newDelay=command.delay)
         return {"ok": True}
 
     def move_to_delayed(self, session: ReplySink, command: cmd.MoveToDelayed, now: float) -> Reply:
@@ -156,11 +164,12 @@ class Lifecycle:
             raise EngineError("Job not found")
         if job.state in QUEUED_STATES:
             self.state.reschedule(job, now, now + command.delay)
-            return {"ok": True}
-        if job.state != ACTIVE:
+        elif job.state != ACTIVE:
             raise EngineError(f"Job is not active (current state: {job.state})")
-        active_job(self.state, command.id, command.token)
-        self.state.return_to_queue(job, now, now + command.delay)
+        else:
+            active_job(self.state, command.id, command.token)
+            self.state.return_to_queue(job, now, now + command.delay)
+        self.state.emit("moved-to-delayed", job, delay=command.delay)
         return {"ok": True}
 
     def move_to_wait(self, session: ReplySink, command: cmd.MoveToWait, now: float) -> Reply:
@@ -184,6 +193,7 @@ class Lifecycle:
         if job is None or job.state != DELAYED:
             raise EngineError("Job not found or not delayed")
         self.state.reschedule(job, now, now)
+        self.state.emit("promoted", job)
         return {"ok": True}
 
     def promote_jobs(self, session: ReplySink, command: cmd.PromoteJobs, now: float) -> Reply:
@@ -208,6 +218,7 @@ class Lifecycle:
             self.state.make_ready(job)  # a fresh heap entry; the old one is stale
         else:
             self.state.touch(job)
+        self.state.emit("priority-changed", job, newPriority=command.priority)
         return {"ok": True}
 
     def update(self, session: ReplySink, command: cmd.Update, now: float) -> Reply:
@@ -217,6 +228,7 @@ class Lifecycle:
             raise EngineError("Job not found or cannot be updated")
         job.data = command.data  # type: ignore[assignment]
         self.state.touch(job)
+        self.state.emit("data-updated", job)
         return {"ok": True}
 
     def cancel(self, session: ReplySink, command: cmd.Cancel, now: float) -> Reply:
@@ -235,13 +247,16 @@ class Lifecycle:
         if job.state == ACTIVE:
             active_job(self.state, command.id, command.token)
         self.state.fail(job, now, "Job discarded", False)
+        self.state.emit("discarded", job)
         return {"ok": True}
 
     def progress(self, session: ReplySink, command: cmd.Progress, now: float) -> Reply:
         """Progress: an active job reports how far it got (also a heartbeat)."""
         job = self.state.jobs.get(command.id)
-        if job is None or job.state != ACTIVE:
-            raise EngineError("Job not found or not active")
+        if job is None:
+            raise EngineError("Job not found")
+        if job.state != ACTIVE:
+            raise EngineError(f"Job is not active (current state: {job.state})")
         job.progress = command.progress
         job.progress_message = command.message
         job.last_heartbeat = now
@@ -265,6 +280,10 @@ class Lifecycle:
         job = self._job(command.id, "Job not found")
         if job.state in (COMPLETED, FAILED):
             return finished_reply(job)
+        waiting = self.waits_of.get(session, 0)
+        if waiting >= MAX_WAITS_PER_CONNECTION:
+            raise EngineError(TOO_MANY_WAITS)
+        self.waits_of[session] = waiting + 1
         self.job_waiters.setdefault(job.id, []).append((session, command.reqId))
         self.state.wheel.schedule(now + command.timeout, WAIT_JOB, (job.id, session, command.reqId))
         return None
@@ -280,6 +299,7 @@ class Lifecycle:
             job = finished.pop()
             for session, req_id in self.job_waiters.pop(job.id, ()):
                 session.stage_reply(finished_reply(job, done), req_id)
+                self._wait_ended(session)
 
     def wait_timed_out(self, target: tuple[str, Any, Any]) -> None:
         """A WaitJob's time is up: answer `completed: false` if it is still waiting."""
@@ -290,6 +310,13 @@ class Lifecycle:
             if not waiting:
                 del self.job_waiters[job_id]
             session.stage_reply({"ok": True, "completed": False}, req_id)
+            self._wait_ended(session)
+
+    def _wait_ended(self, session: ReplySink) -> None:
+        """One of the connection's WaitJobs was answered."""
+        left = self.waits_of.pop(session, 1) - 1
+        if left > 0:
+            self.waits_of[session] = left
 
     def compact_memory(self, session: ReplySink, command: cmd.CompactMemory, now: float) -> Reply:
         """CompactMemory: drop stale heap and timer entries and idle empty queues."""

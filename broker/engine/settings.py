@@ -83,6 +83,7 @@ class QueueSettings:
         queue = self._settable(command.queue)
         queue.paused = True
         self._changed(queue)
+        self.state.announce("queue:paused", {"queue": queue.name})
         return {"ok": True}
 
     def resume(self, session: ReplySink, command: cmd.Resume, now: float) -> Reply:
@@ -93,6 +94,7 @@ class QueueSettings:
             queue.paused = False
             self._changed(queue)
             self.state.dirty_queues.add(queue)
+        self.state.announce("queue:resumed", {"queue": command.queue})
         return {"ok": True}
 
     def is_paused(self, session: ReplySink, command: cmd.IsPaused, now: float) -> Reply:
@@ -106,6 +108,9 @@ class QueueSettings:
         queue.rate_limit = command.limit
         queue.tokens, queue.tokens_at = float(command.limit), now
         self._changed(queue)
+        # trioq's rate limit is per second: the reference's event names that window
+        event = {"queue": queue.name, "max": command.limit, "duration": 1000}
+        self.state.announce("ratelimit:set", event)
         return {"ok": True}
 
     def rate_limit_clear(
@@ -117,6 +122,7 @@ class QueueSettings:
             queue.rate_limit = None
             self._changed(queue)
             self.state.dirty_queues.add(queue)
+        self.state.announce("ratelimit:cleared", {"queue": command.queue})
         return {"ok": True}
 
     def set_concurrency(self, session: ReplySink, command: cmd.SetConcurrency, now: float) -> Reply:
@@ -125,6 +131,8 @@ class QueueSettings:
         queue.concurrency = command.limit
         self._changed(queue)
         self.state.dirty_queues.add(queue)
+        event = {"queue": queue.name, "concurrency": command.limit}
+        self.state.announce("concurrency:set", event)
         return {"ok": True}
 
     def clear_concurrency(
@@ -136,6 +144,7 @@ class QueueSettings:
             queue.concurrency = None
             self._changed(queue)
             self.state.dirty_queues.add(queue)
+        self.state.announce("concurrency:cleared", {"queue": command.queue})
         return {"ok": True}
 
     def set_stall_config(
@@ -146,6 +155,8 @@ class QueueSettings:
         queue = self._settable(command.queue)
         queue.stall_config = {**queue.stall_config, **command.config}
         self._changed(queue)
+        event = {"queue": queue.name, "config": command.config}
+        self.state.announce("config:stall-changed", event)
         return {"ok": True}
 
     def get_stall_config(

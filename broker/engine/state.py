@@ -40,6 +40,7 @@ from .deadlines import (
     TTL_REASON,
     arm_timeout,
     arm_ttl,
+    dlq_reason,
     retry_delay,
     timer_is_current,
 )
@@ -141,7 +142,7 @@ class EngineState:
         self.on_complete: Any = None
         # Job events of the pass, collected only while someone listens (see events.py).
         self.emitting = False
-        self.events: list[tuple[str, Job, dict[str, Any]]] = []
+        self.events: list[tuple[str, Job | None, dict[str, Any]]] = []
         # Housekeeping (housekeeping.py): structures to compact after the pass, objects to
         # let go of in slices, large removals whose store rows are deleted in slices.
         self.untidy: set[Any] = set()
@@ -360,6 +361,12 @@ class EngineState:
         """Record a job event for the subscribers and webhooks (cheap when nobody listens)."""
         if self.emitting:
             self.events.append((kind, job, extra))
+
+    def announce(self, name: str, data: dict[str, Any]) -> None:
+        """Record an event that is not a job's (`queue:paused`, `worker:connected`...) for the
+        subscribers (cheap when nobody listens)."""
+        if self.emitting:
+            self.events.append((name, None, data))
 
     def completed_once(self, job_id: str) -> bool:
         """Whether `job_id` completed (held now, or forgotten since): a satisfied dependency."""
@@ -960,7 +967,14 @@ class EngineState:
         mark_finished(job)
         retain(self, self.failed, job, now)
         enter_dead_letters(self, self.queues[job.queue], job, now)
+        if self.emitting:
+            self._announce_dead_letter(job)
         return self._parent_policy(job, cause, now)
+
+    def _announce_dead_letter(self, job: Job) -> None:
+        """`dlq:added` for a job that just failed for good, with the reference's category."""
+        event = {"queue": job.queue, "jobId": job.id, "reason": dlq_reason(job)}
+        self.announce("dlq:added", event)
 
     def child_failed(self, child: Job, reason: str, now: float) -> None:
         """A flow child failed for good: apply its failure policy to its waiting parent (and

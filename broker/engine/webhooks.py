@@ -12,6 +12,8 @@ the counts only ever change inside the actor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 import msgspec
 
@@ -80,6 +82,8 @@ class WebhookRegistry:
         self._hooks: dict[str, Webhook] = {}
         self._stats: dict[str, DeliveryStats] = {}
         self.changed_hooks: set[str] = set()
+        # Records an event for the subscribers (the engine sets EngineState.announce).
+        self.announce: Callable[[str, Reply], None] = lambda name, data: None
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -103,6 +107,7 @@ class WebhookRegistry:
         self.changed_hooks.add(hook.id)
         data = {"webhookId": hook.id, "url": hook.url, "events": hook.events,
                 "queue": hook.queue, "createdAt": now}  # fmt: skip
+        self.announce("webhook:added", {"id": hook.id, "url": hook.url, "events": hook.events})
         return {"ok": True, "data": data}
 
     def remove(self, session: ReplySink, command: cmd.RemoveWebhook, now: float) -> Reply:
@@ -111,6 +116,7 @@ class WebhookRegistry:
             raise EngineError(NOT_FOUND)
         self._stats.pop(command.webhookId, None)
         self.changed_hooks.add(command.webhookId)
+        self.announce("webhook:removed", {"id": command.webhookId})
         return {"ok": True, "data": {"removed": True}}
 
     def list_all(self, session: ReplySink, command: cmd.ListWebhooks, now: float) -> Reply:
@@ -131,6 +137,8 @@ class WebhookRegistry:
             raise EngineError(NOT_FOUND)
         hook.enabled = command.enabled
         self.changed_hooks.add(hook.id)
+        name = "webhook:enabled" if hook.enabled else "webhook:disabled"
+        self.announce(name, {"webhookId": hook.id})
         return {"ok": True}
 
     def _summary(self, hook: Webhook) -> Reply:

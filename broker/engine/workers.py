@@ -6,6 +6,7 @@ registered on a connection is dropped when that connection closes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from protocol import commands as cmd
@@ -23,6 +24,8 @@ class WorkerRegistry:
     def __init__(self) -> None:
         self._workers: dict[str, dict[str, Any]] = {}
         self._sessions: dict[str, ReplySink] = {}
+        # Records an event for the subscribers (the engine sets EngineState.announce).
+        self.announce: Callable[[str, dict[str, Any]], None] = lambda name, data: None
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -57,6 +60,8 @@ class WorkerRegistry:
         )
         self._workers[worker_id] = record
         self._sessions[worker_id] = session
+        event = {key: record[key] for key in ("name", "queues", "hostname", "pid")}
+        self.announce("worker:connected", {"workerId": worker_id, **event})
         return {"ok": True, "data": record}
 
     def unregister(
@@ -66,6 +71,7 @@ class WorkerRegistry:
         if self._workers.pop(command.workerId, None) is None:
             raise EngineError("Worker not found")
         self._sessions.pop(command.workerId, None)
+        self.announce("worker:disconnected", {"workerId": command.workerId})
         return {"ok": True, "data": {"removed": True}}
 
     def heartbeat(self, session: ReplySink, command: cmd.Heartbeat, now: float) -> dict[str, Any]:
@@ -105,4 +111,7 @@ class WorkerRegistry:
         for worker_id, owner in list(self._sessions.items()):
             if owner is session:
                 del self._sessions[worker_id]
-                self._workers.pop(worker_id, None)
+                record = self._workers.pop(worker_id, None)
+                if record is not None:  # the reference's event for a worker whose client left
+                    event = {"workerId": worker_id, "name": record["name"]}
+                    self.announce("worker:disconnected", event)

@@ -34,6 +34,7 @@ from store import StoreError
 from .. import __version__
 from ..engine.errors import INVALID_TOKEN, NOT_AUTHENTICATED
 from ..engine.sink import Reply
+from ..events import invalid_patterns
 from .guards import AuthThrottle
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,10 @@ class FrontDoor:
             return Local({"ok": False, "error": command.error}, req_id)
         if isinstance(command, cmd.Hello):
             return Local(hello_reply(), req_id)
+        if isinstance(command, cmd.SubscribeEvents) and command.events is not None:
+            invalid = invalid_patterns(command.events)
+            if invalid:
+                return Local({"ok": False, "error": f"Invalid: {', '.join(invalid)}"}, req_id)
         if isinstance(command, cmd.SubscribeEvents | cmd.UnsubscribeEvents):
             return Local({"ok": True}, req_id, events=command)
         return Local(ping_reply(self._now_ms()), req_id)

@@ -34,6 +34,7 @@ from store.postgres import PostgresStore
 
 from .. import __version__
 from ..engine.actor import LOADING, EngineActor
+from ..events import EVENT_NAMES
 from ..mcp.asgi import PATH as MCP_PATH
 from ..mcp.asgi import McpEndpoint
 from ..metrics import CONTENT_TYPE, Metrics
@@ -157,7 +158,7 @@ class HttpServer:
         self.events = sse.EventRing()
         self.sse_clients = 0
         metrics.http_transports = lambda: (self.websockets, self.sse_clients)
-        actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0)
+        actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0, EVENT_NAMES)
         # The MCP server (Streamable HTTP at /mcp), on the engine serving now.
         self.mcp = McpEndpoint(lambda: self.actor)
         # REST commands pass the same front door as TCP frames (triage: a rejected command or
@@ -459,8 +460,7 @@ class HttpServer:
 
     def _count_sse_client(self, change: int) -> None:
         self.sse_clients += change
-        bus = self.actor.bus
-        bus.on_change(bus.listening())  # the engine collects events only while someone listens
+        self.actor.bus.listeners_changed()  # the engine collects events only while one listens
 
     async def _live(self) -> Answer:
         return 200, "text/plain", b"OK"

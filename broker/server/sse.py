@@ -1,11 +1,12 @@
 """Server-sent events on the HTTP port: `GET /events` and `GET /events/queues/:queue`.
 
-Every committed job event is numbered and kept in one bounded in-memory ring (the last
-RING_SIZE events). An SSE client is a cursor into that ring: it writes the events after its
-cursor that match its queue, waits for more, and sends a `:heartbeat` comment when nothing
-happened for HEARTBEAT_S. So a client costs no buffer of its own, and `Last-Event-ID` replay
-comes for free: a client that reconnects with it gets the events it missed if the ring still
-holds them.
+Every committed event (the reference's catalogue, events.py) is numbered and kept in one
+bounded in-memory ring (the last RING_SIZE events). An SSE client is a cursor into that ring:
+it writes the events after its cursor that match its queue (and those of no queue), waits for
+more, and sends a `:heartbeat` comment when nothing happened for HEARTBEAT_S. So a client costs
+no buffer of its own, and `Last-Event-ID` replay comes for free: a client that reconnects with
+it gets the events it missed if the ring still holds them. Each event's `data` is the event's
+own data, as the reference sends it.
 
 A slow client is dropped, never buffered without bound: a write that does not finish within
 SEND_TIMEOUT_S, or a cursor that the ring has overtaken (more than RING_SIZE events behind),
@@ -72,8 +73,13 @@ class EventRing:
 
 
 def format_event(event_id: int, message: dict[str, Any]) -> bytes:
-    """One SSE event: `id`, `event` (e.g. `job:completed`) and the whole message as `data`."""
-    data = json.dumps(message, separators=(",", ":"), default=str)
+    """One SSE event as the reference sends it: `id`, `event` (e.g. `job:completed`) and the
+    event's data as `data` (a job event's with its `timestamp`: `{queue, jobId, timestamp,
+    ...}`)."""
+    body = message["data"]
+    if message["event"].startswith("job:"):
+        body = {"queue": body["queue"], "jobId": body["jobId"], "timestamp": message["ts"], **body}
+    data = json.dumps(body, separators=(",", ":"), default=str)
     return f"id: {event_id}\nevent: {message['event']}\ndata: {data}\n\n".encode()
 
 
@@ -87,8 +93,13 @@ HEARTBEAT = b":heartbeat\n\n"
 
 
 def wanted(message: dict[str, Any], queue: str | None) -> bool:
-    """Whether a client watching `queue` (None: every queue) gets this event."""
-    return queue is None or message.get("data", {}).get("queue") == queue
+    """Whether a client watching `queue` (None: every queue) gets this event: one of that
+    queue, or one that names no queue (a worker's, the periodic snapshots)."""
+    if queue is None:
+        return True
+    data = message.get("data")
+    named = data.get("queue") if isinstance(data, dict) else None
+    return named is None or named == queue
 
 
 class ClientTooSlow(Exception):

@@ -25,7 +25,7 @@ from protocol import MAX_FRAME_SIZE, FrameDecoder, FrameTooLarge, decode_command
 from protocol import commands as cmd
 
 from ..engine.actor import Batch, EngineActor
-from ..events import Subscription, tcp_event_frame
+from ..events import TCP_DEFAULT_PATTERNS, Subscription, tcp_event_frame
 from .frontdoor import AUTH_TIMEOUT_S, FrontDoor, contain_failures
 from .guards import AuthThrottle, PartialFrameBudget
 from .hub import READ_SIZE, ReadHub
@@ -248,7 +248,8 @@ class Connection:
         are forwarded on this connection until it unsubscribes or closes."""
         self._end_events()
         if isinstance(command, cmd.SubscribeEvents) and self._nursery is not None:
-            self.events = self.actor.bus.subscribe(["job:*"], command.queue)
+            patterns = command.events or TCP_DEFAULT_PATTERNS
+            self.events = self.actor.bus.subscribe(patterns, command.queue)
             self._nursery.start_soon(self._forward_events, self.events)
 
     def _end_events(self) -> None:

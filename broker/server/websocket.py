@@ -25,7 +25,7 @@ import trio_websocket
 
 from ..engine.actor import Batch, EngineActor
 from ..engine.sink import Reply
-from ..events import DROPPED_SLOW, EVENT_TYPES, SUBSCRIBER_BUFFER, Subscription
+from ..events import DROPPED_SLOW, SUBSCRIBER_BUFFER, Subscription, invalid_patterns
 from .frontdoor import FrontDoor, bearer_authorized
 from .jsonwire import (
     INVALID_FORMAT,
@@ -42,7 +42,7 @@ from .unsent import UnsentBytes
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 1024 * 1024
-VALID_PATTERNS = {"*", "job:*", *(f"job:{kind}" for kind in EVENT_TYPES)}
+EVENTS_REQUIRED = "events must be a non-empty array"
 
 
 class ReplayStream(trio.abc.Stream):
@@ -160,23 +160,43 @@ class WebSocketClient:
             await self.actor.submit(Batch(self.session, [command]))
 
     def _subscription_command(self, message: dict[str, Any], nursery: trio.Nursery) -> dict:
+        """Subscribe adds its patterns to the socket's (the reference's rule), Unsubscribe takes
+        the named ones away (all of them without `events`); both answer what is subscribed."""
+        current = self.subscription.patterns if self.subscription is not None else []
+        patterns = message.get("events")
         if message.get("cmd") == "Unsubscribe":
-            self._unsubscribe()
-            return {"ok": True}
-        patterns = message.get("events") or ["*"]
-        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
-            return {"ok": False, "error": "events must be a non-empty array"}
-        invalid = [p for p in patterns if p not in VALID_PATTERNS]
+            if not isinstance(patterns, list) or not patterns:
+                self._unsubscribe()
+                return {"ok": True, "subscribed": []}
+            dropped = {p for p in patterns if isinstance(p, str)}
+            return self._subscribe([p for p in current if p not in dropped], None, nursery)
+        if not isinstance(patterns, list) or not patterns:
+            return {"ok": False, "error": EVENTS_REQUIRED}
+        if not all(isinstance(p, str) for p in patterns):
+            return {"ok": False, "error": EVENTS_REQUIRED}
+        invalid = invalid_patterns(patterns)
         if invalid:
             return {"ok": False, "error": f"Invalid: {', '.join(invalid)}"}
         queue = message.get("queue")
         if queue is not None and not isinstance(queue, str):
             return {"ok": False, "error": "queue must be a string"}
-        self._unsubscribe()
-        self.subscription = self.actor.bus.subscribe(patterns, queue)
-        self.events_scope = trio.CancelScope()
-        nursery.start_soon(self._write_events, self.subscription, self.events_scope)
-        return {"ok": True, "subscribed": patterns}
+        return self._subscribe([*current, *patterns], queue, nursery)
+
+    def _subscribe(self, patterns: list[str], queue: str | None, nursery: trio.Nursery) -> dict:
+        """Subscribe to `patterns` (none: end the subscription); `queue`, when given, becomes
+        the queue whose events (and those of no queue) this socket gets."""
+        if not patterns:
+            self._unsubscribe()
+            return {"ok": True, "subscribed": []}
+        if self.subscription is None:
+            self.subscription = self.actor.bus.subscribe(patterns, queue)
+            self.events_scope = trio.CancelScope()
+            nursery.start_soon(self._write_events, self.subscription, self.events_scope)
+        else:
+            if queue is not None:
+                self.subscription.queue = queue
+            self.actor.bus.change(self.subscription, patterns)
+        return {"ok": True, "subscribed": list(self.subscription.patterns)}
 
     def _unsubscribe(self) -> None:
         if self.subscription is not None:

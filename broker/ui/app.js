@@ -159,8 +159,12 @@ const live = {
     }
     if (id !== null) this.lastId = id;
     if (name === null || !data) return; // the greeting or a heartbeat
-    let message;
-    try { message = JSON.parse(data); } catch (_) { return; }
+    // The stream carries each event's own data (the reference's form); the listeners get
+    // it as a WebSocket subscriber would: {event, ts, data}.
+    let body;
+    try { body = JSON.parse(data); } catch (_) { return; }
+    const ts = body && typeof body.timestamp === "number" ? body.timestamp : Date.now();
+    const message = { event: name, ts, data: body };
     for (const listener of this.listeners) listener(message);
   },
 };
@@ -673,7 +677,7 @@ function eventsView() {
       .map((k) => el("option", { value: `job:${k}` }, k)));
   const status = el("span", { class: "muted", id: "events-status" });
   const onEvent = (message) => {
-    if (document.hidden) return;
+    if (document.hidden || !message.event.startsWith("job:")) return;
     if (queueFilter.value && message.data.queue !== queueFilter.value) return;
     if (kindFilter.value && message.event !== kindFilter.value) return;
     const extra = { ...message.data };

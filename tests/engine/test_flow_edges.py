@@ -45,7 +45,7 @@ async def test_update_parent_refuses_a_job_as_its_own_parent(client: FrameClient
     reply = await client.call("UpdateParent", childId=job, parentId=job)
     assert reply["error"] == "Job cannot depend on itself: solo"
     missing = await client.call("UpdateParent", childId=job, parentId="ghost")
-    assert missing["error"] == "Failed to update parent"
+    assert missing["error"] == "Parent job not found: ghost"
 
 
 async def test_a_child_that_failed_before_update_parent_applies_the_failure_policy(
@@ -111,7 +111,7 @@ async def test_removing_a_child_it_does_not_wait_for_leaves_the_parent_waiting(
 async def test_a_flow_counts_the_jobs_already_in_its_groups_queue(client: FrameClient) -> None:
     await push(client, "fq", groupId="g")
     full = await client.call("PUSHF", jobs=[node("a", groupId="g", groupMaxSize=1)])
-    assert full["error"] == "jobs[0]: Group g is full (groupMaxSize 1)"
+    assert full["error"] == "jobs[0]: Group g has reached its maximum size of 1"
     elsewhere = await client.call("PUSHF", jobs=[node("b", "other", groupId="g", groupMaxSize=1)])
     assert elsewhere["ok"] is True
 

@@ -174,7 +174,7 @@ async def test_legacy_flow_with_update_parent(client: FrameClient) -> None:
     values = (await client.call("GetChildrenValues", id=parent))["data"]["values"]
     assert values == {f"fq:{child}": {"from": child}}
     bad = await client.call("UpdateParent", childId="ghost", parentId=parent)
-    assert bad["error"] == "Failed to update parent"
+    assert bad["error"] == "Child job not found: ghost"
 
 
 async def test_a_flow_survives_a_restart_midway(store_factory: StoreFactory) -> None:

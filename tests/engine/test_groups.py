@@ -26,10 +26,10 @@ async def test_group_max_size_admission_is_all_or_nothing(client: FrameClient) -
             {"data": 3, "groupId": "other", "groupMaxSize": 2},
         ],
     )
-    assert reply["error"] == "jobs[1]: Group g is full (groupMaxSize 2)"
+    assert reply["error"] == "jobs[1]: Group g has reached its maximum size of 2"
     assert (await client.call("Count", queue="q"))["count"] == 1
     single = await client.call("PUSH", queue="q", data={}, groupId="g", groupMaxSize=1)
-    assert single["error"] == "Group g is full (groupMaxSize 1)"
+    assert single["error"] == "Group g has reached its maximum size of 1"
     await pull_ids(client)  # started jobs no longer count as pending
     assert await push(client, groupId="g", groupMaxSize=1)
 
@@ -99,10 +99,10 @@ async def test_a_batch_counts_its_own_jobs_against_the_group_cap(client: FrameCl
 
     jobs = [{"data": {}}, item(), item(), item(), item()]  # the first has no group
     reply = await client.call("PUSHB", queue="q", jobs=jobs)
-    assert reply["error"] == "jobs[4]: Group g is full (groupMaxSize 3)"
+    assert reply["error"] == "jobs[4]: Group g has reached its maximum size of 3"
     assert (await client.call("PUSHB", queue="q", jobs=jobs[:4]))["ok"] is True
     named = await client.call("PUSH", queue="q", data={}, jobId="new", groupId="g", groupMaxSize=3)
-    assert named["error"] == "Group g is full (groupMaxSize 3)"  # a new id takes room
+    assert named["error"] == "Group g has reached its maximum size of 3"  # a new id takes room
 
 
 async def test_a_drained_group_has_room_again(client: FrameClient) -> None:

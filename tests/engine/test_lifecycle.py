@@ -166,12 +166,16 @@ async def test_change_priority_reorders(client: FrameClient) -> None:
     assert (await get_job(client, first))["priority"] == 0
 
 
+async def test_progress_of_an_unknown_job_is_job_not_found(client: FrameClient) -> None:
+    assert (await client.call("Progress", id="ghost", progress=5))["error"] == "Job not found"
+
+
 async def test_update_progress_cancel_discard(client: FrameClient) -> None:
     job_id = await push(client, data={"v": 1})
     assert (await client.call("Update", id=job_id, data={"v": 2}))["ok"]
     assert (await get_job(client, job_id))["data"] == {"v": 2}
     idle = await client.call("Progress", id=job_id, progress=50)
-    assert idle["error"] == "Job not found or not active"
+    assert idle["error"] == "Job is not active (current state: waiting)"  # the reference's
     await client.call("PULL", queue="q")
     await client.call("Progress", id=job_id, progress=150, message="almost")
     assert await client.call("GetProgress", id=job_id) == {

@@ -12,7 +12,7 @@ async def count(client: FrameClient, queue: str = "q") -> int:
 
 async def test_a_batch_item_with_a_bad_repeat_refuses_the_whole_batch(client: FrameClient) -> None:
     cases = [
-        ({"pattern": "every day"}, "Invalid cron expression: every day"),
+        ({"pattern": "every day"}, "Invalid repeat pattern: every day"),
         ({"every": 1000, "endDate": 1000, "immediately": True}, "repeat has no future occurrence"),
     ]
     for repeat, error in cases:
@@ -49,12 +49,17 @@ async def test_a_batch_item_with_a_held_unique_key_gets_the_holder(client: Frame
     assert await count(client) == 2
 
 
+REPLACE_BLOCKED_A = "Cannot replace deduplicated job a because live jobs depend on it"
+
+
 async def test_a_batch_cannot_replace_a_held_job_that_others_wait_for(client: FrameClient) -> None:
     held = await push(client, uniqueKey="k")
     waiter = await push(client, dependsOn=[held])
     jobs = [{"data": 2, "uniqueKey": "k", "dedup": {"ttl": 60000, "replace": True}}]
     reply = await client.call("PUSHB", queue="q", jobs=jobs)
-    assert reply["error"] == f"jobs[0]: Cannot replace job {held}: jobs depend on it ({waiter})"
+    assert waiter != held
+    text = f"jobs[0]: Cannot replace deduplicated job {held} because live jobs depend on it"
+    assert reply["error"] == text
     assert await state_of(client, held) == "waiting"
 
 
@@ -67,11 +72,11 @@ async def test_a_batch_cannot_replace_its_own_item_that_another_item_waits_for(
         {"data": 3, "uniqueKey": "k", "dedup": {"ttl": 60000, "replace": True}},
     ]
     reply = await client.call("PUSHB", queue="q", jobs=jobs)
-    assert reply["error"] == "jobs[2]: Cannot replace job a: jobs depend on it (b)"
+    assert reply["error"] == f"jobs[2]: {REPLACE_BLOCKED_A}"
     assert await count(client) == 0
 
 
-async def test_a_waiting_batch_item_without_a_custom_id_is_shown_as_a_question_mark(
+async def test_a_waiting_batch_item_without_a_custom_id_also_blocks_the_replace(
     client: FrameClient,
 ) -> None:
     jobs = [
@@ -80,4 +85,4 @@ async def test_a_waiting_batch_item_without_a_custom_id_is_shown_as_a_question_m
         {"data": 3, "uniqueKey": "k", "dedup": {"replace": True}},
     ]
     reply = await client.call("PUSHB", queue="q", jobs=jobs)
-    assert reply["error"] == "jobs[2]: Cannot replace job a: jobs depend on it (?)"
+    assert reply["error"] == f"jobs[2]: {REPLACE_BLOCKED_A}"

@@ -53,7 +53,7 @@ async def test_pattern_with_time_zone(client: FrameClient, autojump_clock) -> No
 
 async def test_bad_patterns_are_refused(client: FrameClient) -> None:
     reply = await client.call("PUSH", queue="q", data={}, repeat={"pattern": "every day"})
-    assert reply["error"] == "Invalid cron expression: every day"
+    assert reply["error"] == "Invalid repeat pattern: every day"
     reply = await client.call(
         "PUSH", queue="q", data={}, repeat={"pattern": "* * * * *", "tz": "Nowhere/City"}
     )

@@ -34,7 +34,7 @@ WRONG = {"not": "a number"}
         ({"cmd": "RetryCompleted", **Q, "id": 7}, "id must be a string"),
         ({"cmd": "RateLimit", **Q, "limit": 0}, "limit must be at least 1"),
         ({"cmd": "RateLimit", **Q, "limit": 0.5}, "limit must be at least 1"),
-        ({"cmd": "RateLimit", **Q, "limit": WRONG}, "limit must be a number"),
+        ({"cmd": "RateLimit", **Q, "limit": WRONG}, "limit must be a finite number"),
         ({"cmd": "SetConcurrency", **Q}, "limit is required"),
         ({"cmd": "SetConcurrency", **Q, "limit": 0}, "limit must be at least 1"),
         ({"cmd": "TrimEvents", **Q, "maxLength": 2.5},

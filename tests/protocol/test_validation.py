@@ -18,6 +18,11 @@ import pytest
 
 from protocol import Rejected, decode_command, values
 
+# Texts the seed does not word: the reference's.
+EVERY_POSITIVE = "repeat.every must be a positive finite number"
+GROUP_MAX_SIZE = "group.maxSize must be a positive safe integer"
+BAD_JOB_NAME = "Job name must be a non-empty string of at most 256 characters"
+
 encode = msgspec.msgpack.encode
 UNDEFINED = msgspec.msgpack.Ext(0, b"\x00")  # msgpackr's JS `undefined`
 NAN, INF = math.nan, math.inf
@@ -205,10 +210,10 @@ REJECTIONS = [
         id="timestamp-1e300",
     ),
     # repeat.every must be positive
-    pytest.param(push(repeat={"every": 0}), "repeat.every must be greater than 0", id="every-0"),
-    pytest.param(push(repeat={"every": -1}), "repeat.every must be greater than 0", id="every-neg"),
+    pytest.param(push(repeat={"every": 0}), EVERY_POSITIVE, id="every-0"),
+    pytest.param(push(repeat={"every": -1}), EVERY_POSITIVE, id="every-neg"),
     pytest.param(
-        push(repeat={"every": "-0.5"}), "repeat.every must be greater than 0", id="every-neg-str"
+        push(repeat={"every": "-0.5"}), EVERY_POSITIVE, id="every-neg-str"
     ),
     # priority with groupId: integer 0..2097151
     pytest.param(push(groupId="g", priority=-1), "priority must be at least 0", id="gprio-neg"),
@@ -233,13 +238,13 @@ REJECTIONS = [
     pytest.param(push(groupId=5), "groupId must be a string", id="groupid-not-string"),
     # groupMaxSize: positive safe integer
     pytest.param(
-        push(groupMaxSize=0), "groupMaxSize must be a positive safe integer", id="gmax-zero"
+        push(groupMaxSize=0), GROUP_MAX_SIZE, id="gmax-zero"
     ),
     pytest.param(
-        push(groupMaxSize=-3), "groupMaxSize must be a positive safe integer", id="gmax-negative"
+        push(groupMaxSize=-3), GROUP_MAX_SIZE, id="gmax-negative"
     ),
     pytest.param(
-        push(groupMaxSize=2**53), "groupMaxSize must be a positive safe integer", id="gmax-unsafe"
+        push(groupMaxSize=2**53), GROUP_MAX_SIZE, id="gmax-unsafe"
     ),
     pytest.param(push(groupMaxSize=1.5), "groupMaxSize must be an integer", id="gmax-fraction"),
     pytest.param(push(groupMaxSize="2.5"), "groupMaxSize must be an integer", id="gmax-frac-str"),
@@ -282,7 +287,7 @@ REJECTIONS = [
         push(data={"blob": b"\x00" * (11 * MIB)}), "Job data too large (max 10MB)", id="data-11mb"
     ),
     # strings, arrays and booleans of a job
-    pytest.param(push(name=5), "name must be a string", id="name-number"),
+    pytest.param(push(name=5), BAD_JOB_NAME, id="name-number"),
     pytest.param(push(uniqueKey=5), "uniqueKey must be a string", id="uniquekey"),
     pytest.param(push(parentId=5), "parentId must be a string", id="parentid"),
     pytest.param(push(debounceId=[]), "debounceId must be a string", id="debounceid"),
@@ -329,7 +334,7 @@ REJECTIONS = [
         id="pushb-10",
     ),
     pytest.param(pushb(item(customId=5)), "jobs[0]: customId must be a string", id="customid"),
-    pytest.param(pushb(item(queue=5, name=7)), "jobs[0]: name must be a string", id="pushb-name"),
+    pytest.param(pushb(item(queue=5, name=7)), f"jobs[0]: {BAD_JOB_NAME}", id="pushb-name"),
     pytest.param(
         pushb(item(backoff={"maxDelay": -1})),
         "jobs[0]: backoff.maxDelay must be at least 0",

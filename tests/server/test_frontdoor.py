@@ -7,7 +7,13 @@ from typing import Any
 
 import msgspec
 
-from broker.server.frontdoor import MAX_AUTH_FAILURES, FrontDoor, InFlight
+from broker.server.frontdoor import (
+    MAX_AUTH_FAILURES,
+    FrontDoor,
+    InFlight,
+    bearer_authorized,
+    tokens_match,
+)
 from broker.server.guards import AuthThrottle
 from protocol import Rejected, decode_command
 
@@ -76,3 +82,15 @@ def test_the_budget_counts_every_command_until_its_reply_is_written() -> None:
     assert budget.room() == 0
     budget.give()
     assert budget.room() == 1
+
+
+def test_an_empty_or_blank_token_never_authenticates() -> None:
+    for configured in (TOKENS, frozenset({"", "s3cret"})):
+        for presented in ("", "   ", None, 0):
+            assert not tokens_match(presented, configured)
+            front = door(configured)
+            assert front.answer(command(cmd="Auth", token=presented), 0.0).reply["ok"] is False
+            assert not front.authenticated
+        assert not bearer_authorized([(b"authorization", b"Bearer ")], configured)
+        assert not bearer_authorized([(b"authorization", b"Bearer    ")], configured)
+    assert tokens_match(" s3cret\n", TOKENS)  # trimmed, as the reference compares them
