@@ -17,6 +17,7 @@ from typing import Any, Union
 import msgspec
 
 from .admin import ADMIN_COMMANDS
+from .bulk import LARGE_COMMANDS, LARGE_FRAME, SLICED_ITEMS
 from .commands import WIRE_COMMANDS, PushBatchItems
 from .crons import CRON_COMMANDS
 from .errors import CommandError
@@ -62,6 +63,10 @@ class _Envelope(msgspec.Struct):
 
 
 _decode_envelope = msgspec.msgpack.Decoder(_Envelope, ext_hook=ext_hook).decode
+_LARGE_DECODERS = {
+    name: msgspec.msgpack.Decoder(kind, ext_hook=ext_hook).decode
+    for name, kind in LARGE_COMMANDS.items()
+}
 
 
 class Rejected(msgspec.Struct, frozen=True):
@@ -72,7 +77,12 @@ class Rejected(msgspec.Struct, frozen=True):
 
 
 def decode_command(payload: bytes) -> Any:
-    """Decode and validate one frame payload; never raises."""
+    """Decode and validate one frame payload; never raises. A large batch comes back as a
+    `Large*` command of protocol/bulk.py, its items left for the engine to check."""
+    if len(payload) > LARGE_FRAME:
+        large = decode_large(payload)
+        if large is not None:
+            return large
     try:
         command = _decode_command(payload)
     except Exception:  # any bad frame (invalid UTF-8, too deep, ...) is the slow path's job
@@ -83,6 +93,31 @@ def decode_command(payload: bytes) -> Any:
     if req_id.__class__ is str and len(req_id) <= MAX_REQ_ID:
         return command
     return command if req_id_fits(req_id) else Rejected(None, REQ_ID_TOO_LONG)
+
+
+def decode_large(payload: bytes) -> Any:
+    """The `Large*` command (protocol/bulk.py) of a PUSHB, ACKB or PUSHF frame with more than
+    SLICED_ITEMS items, or its `Rejected` when the command's own fields are wrong; None for
+    any other frame (the whole decode handles it). Costs one pass over the frame that skips
+    what it does not need, and one that splits it."""
+    try:
+        envelope = _decode_envelope(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+        return None
+    kind = envelope.cmd
+    decode = _LARGE_DECODERS.get(kind) if isinstance(kind, str) else None
+    req_id = envelope.reqId
+    if decode is None or (req_id is not None and not req_id_fits(req_id)):
+        return None
+    try:
+        command = decode(payload)
+    except CommandError as exc:
+        return Rejected(req_id, str(exc))
+    except msgspec.ValidationError as exc:
+        return Rejected(req_id, readable_validation_error(str(exc)))
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        return None
+    return command if command.items() > SLICED_ITEMS else None
 
 
 def req_id_fits(req_id: Any) -> bool:

@@ -120,6 +120,7 @@ class EngineActor:
         # trip) is committed on a worker thread while the next pass runs (_serve_pipelined).
         self._threaded = bool(getattr(store, "commit_in_thread", False))
         self._in_flight: InFlightCommit | None = None
+        self._bulks = engine.bulks  # large commands in progress (bulk.py)
 
     async def restore(self) -> None:
         """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
@@ -154,6 +155,7 @@ class EngineActor:
             await trio.lowlevel.checkpoint()
         del jobs
         engine.state.restore_purges([Purge.resumed(r) for r in records if r.kind == PURGE])
+        engine.bulks.restore(records)  # committed large commands go on from where they got
         engine.crons.restore(records, now)
         engine.settings.restore(records, now)
         engine.webhooks.restore(records)
@@ -359,7 +361,7 @@ class EngineActor:
         timers = state.wheel.heap
         # `wheel.next_deadline() < armed or state.housekeeping_due()`, inline (every request).
         earlier = timers and timers[0].at_ms < armed
-        if earlier or state.untidy or state.purges or state.graveyard.lots:
+        if earlier or state.untidy or state.purges or state.graveyard.lots or self._bulks.running:
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True
@@ -370,16 +372,16 @@ class EngineActor:
         Work already queued is taken without yielding. Were the actor to yield holding an item
         while it looks idle, a batch submitted meanwhile would run inline ahead of the item, and
         one connection's commands could run out of order.
-        With housekeeping left (housekeeping.py), the actor does not sleep: it lets the other
-        tasks run, then returns with whatever arrived meanwhile, and the pass does one more
-        slice of it.
+        With housekeeping left (housekeeping.py) or a large command in progress (bulk.py), the
+        actor does not sleep: it lets the other tasks run, then returns with whatever arrived
+        meanwhile, and the pass does one more slice of it.
         """
         try:
             items.append(self._receive.receive_nowait())
             return
         except trio.WouldBlock:
             pass
-        if self.engine.state.housekeeping_due():
+        if self.engine.state.housekeeping_due() or self._bulks.running:
             await trio.lowlevel.checkpoint()
             with contextlib.suppress(trio.WouldBlock):
                 items.append(self._receive.receive_nowait())
@@ -396,7 +398,8 @@ class EngineActor:
             self._armed_deadline = None
 
     def _execute(self, items: list[Any]) -> None:
-        """One pass: due timers, then every item in order, then what they made ready."""
+        """One pass: due timers, then every item in order, then one slice of a large command
+        in progress (bulk.py) and what its client held back, then what they made ready."""
         engine = self.engine
         state = engine.state
         now = self.clock.now_ms()
@@ -407,19 +410,10 @@ class EngineActor:
         timers = state.wheel.heap
         if state.dirty_queues or state.finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
-        commands = 0
-        for item in items:
-            if isinstance(item, Batch):
-                session = item.session
-                commands += len(item.commands)
-                for command in item.commands:
-                    engine.execute(session, command, now)
-            elif isinstance(item, Disconnect):
-                engine.disconnect(item.session, now)
-            elif isinstance(item, Delivered):
-                engine.webhooks.record_delivery(item)
-            elif isinstance(item, AnswerParked):
-                engine.answer_parked()
+        commands = self._run_items(items, now)
+        bulks = self._bulks
+        if bulks.running:
+            commands += self._run_items(bulks.advance(now), now)
         timers = state.wheel.heap  # `compact` may have replaced the list
         finished = state.finished
         if finished and not engine.lifecycle.job_waiters:
@@ -430,6 +424,46 @@ class EngineActor:
             state.housekeep()
         if self.on_pass is not None:
             self.on_pass(commands)
+
+    def _run_items(self, items: list[Any], now: float) -> int:
+        """Run the pass's items in order; returns how many commands ran. A session with a
+        large command in progress (`BulkRunner.held`) runs nothing else until its reply: its
+        later items wait there, and so does the rest of a batch whose command started one."""
+        engine = self.engine
+        held = self._bulks.held
+        commands = 0
+        for item in items:
+            if isinstance(item, Batch):
+                session = item.session
+                if held and session in held:
+                    held[session].append(item)
+                    continue
+                commands += len(item.commands)
+                for command in item.commands:
+                    engine.execute(session, command, now)
+                    if held and session in held:  # it started a bulk: the rest waits
+                        commands -= self._hold_rest(item, command)
+                        break
+            elif isinstance(item, Disconnect):
+                if held and item.session in held:
+                    held[item.session].append(item)  # after the bulk's reply
+                    continue
+                engine.disconnect(item.session, now)
+            elif isinstance(item, Delivered):
+                engine.webhooks.record_delivery(item)
+            elif isinstance(item, AnswerParked):
+                engine.answer_parked()
+        return commands
+
+    def _hold_rest(self, batch: Batch, started: Any) -> int:
+        """Hold the commands of `batch` after `started` (which started a bulk) until the
+        bulk's reply; returns how many."""
+        commands = batch.commands
+        index = next(i for i, command in enumerate(commands) if command is started)
+        rest = commands[index + 1 :]
+        if rest:
+            self._bulks.held[batch.session].append(Batch(batch.session, rest))
+        return len(rest)
 
     def _commit(self) -> None:
         """Store the pass's changes in one transaction.

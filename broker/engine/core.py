@@ -22,6 +22,8 @@ from protocol import CommandError
 from protocol import commands as cmd
 
 from .admin import QueueAdmin
+from .bulk import BulkRunner
+from .bulk_jobs import LargeBatches
 from .crons import CRON, CronScheduler
 from .dashboard import Dashboard
 from .deadletters import DeadLetterCommands
@@ -51,24 +53,26 @@ class Engine:
         self.state = state if state is not None else EngineState()
         self.info = BrokerInfo()
         state = self.state
+        self.bulks = BulkRunner(state)  # large commands in progress (bulk.py)
         self.jobs = JobCommands(state)
         self.pulls = Pulls(state)
         self.lifecycle = Lifecycle(state)
         self.flows = Flows(state)
         self.settings = QueueSettings(state)
         self.groups = Groups(state)
-        self.dead_letters = DeadLetterCommands(state)
+        self.dead_letters = DeadLetterCommands(state, self.pulls, self.bulks)
         self.dedup = DedupKeys(state)
         self.crons = CronScheduler(state)
         self.workers = WorkerRegistry()
         self.webhooks = WebhookRegistry()
-        self.admin = QueueAdmin(state, self.pulls, self.info)
+        self.admin = QueueAdmin(state, self.pulls, self.info, self.bulks)
         self.dashboard = Dashboard(state, self.admin, self.jobs, self.workers, self.crons)
+        self.large = LargeBatches(self.bulks, self.jobs, self.flows)
         routes = Routes()
         for component in (
             self.jobs, self.pulls, self.lifecycle, self.flows, self.settings, self.groups,
             self.dead_letters, self.dedup, self.crons, self.workers, self.webhooks, self.admin,
-            self.dashboard,
+            self.dashboard, self.large,
         ):  # fmt: skip
             routes.merge(component.routes())
         routes.add(cmd.SubscribeEvents, self.connection_only)

@@ -73,13 +73,15 @@ class Flows:
                 raise EngineError(f"flow job id already exists: {node.id}")
             graph[node.id] = node
         for node in nodes:
-            self._check_edges(node, graph)
+            self.check_edges(node, graph)
         cycle = find_cycle({job_id: node.input.dependsOn or () for job_id, node in graph.items()})
         if cycle is not None:
             raise EngineError(f"flow graph has a cycle through {cycle[-1]}")
         return graph
 
-    def _check_edges(self, node: cmd.FlowJob, graph: dict[str, cmd.FlowJob]) -> None:
+    def check_edges(self, node: cmd.FlowJob, graph: dict[str, cmd.FlowJob]) -> None:
+        """The node's dependencies exist (in the graph or the broker) and its parent and
+        children point at each other."""
         fields = node.input
         for dep in fields.dependsOn or ():
             if dep == node.id:

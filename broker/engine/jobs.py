@@ -108,7 +108,7 @@ class JobCommands:
         """Check a PUSH's options; returns the id of the job it duplicates, if any."""
         if command.jobId is not None and command.jobId in (command.dependsOn or ()):
             raise errors.self_dependency(command.jobId)
-        self._check_dependencies(command.dependsOn or (), ())
+        self.check_dependencies(command.dependsOn or (), ())
         check_repeat(command.repeat, now)
         self._check_replace(command.queue, command, {})
         check_group_room(self.state, command.queue, [command])
@@ -124,7 +124,7 @@ class JobCommands:
             try:
                 if item.customId is not None and item.customId in (item.dependsOn or ()):
                     raise errors.self_dependency(item.customId)
-                self._check_dependencies(item.dependsOn or (), batch_ids)
+                self.check_dependencies(item.dependsOn or (), batch_ids)
                 check_repeat(item.repeat, now)
                 self._check_replace(queue, item, earlier_keys, items)
             except EngineError as exc:
@@ -133,9 +133,11 @@ class JobCommands:
                 earlier_keys.setdefault(item.uniqueKey, item.customId)
         self._check_batch_cycles(items)
         check_group_room(self.state, queue, items, batch=True)
-        return {"ok": True, "ids": self._add_batch(queue, items, now)}
+        return {"ok": True, "ids": self.add_batch(queue, items, now)}
 
-    def _add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+    def add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+        """Add a checked batch's items in order; returns the id each item stands for (a new
+        job's, or the one it duplicates)."""
         # A dependency on a later item of the batch is simply not completed yet when the earlier
         # job is added, so adding in input order already gives "any order" chains.
         state = self.state
@@ -191,7 +193,7 @@ class JobCommands:
             return state.key_owner(DEBOUNCE, queue, debounce, now)
         return None
 
-    def _check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
+    def check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
         """Every dependency is a job the broker holds, one that completed (even if it was
         removed since), or a job of the same batch."""
         jobs = self.state.jobs
@@ -218,7 +220,6 @@ class JobCommands:
         key = fields.uniqueKey
         if key is None or not (fields.dedup or {}).get("replace"):
             return
-        state = self.state
         if key in earlier_keys:  # replaces an earlier job of the same batch
             custom_id = earlier_keys[key]
             if custom_id is None:  # an item without a customId: no dependsOn can name it
@@ -228,6 +229,11 @@ class JobCommands:
             if waiting:
                 raise errors.replace_blocked(custom_id, waiting)
             return
+        self.check_held_replace(queue, key)
+
+    def check_held_replace(self, queue: str, key: str) -> None:
+        """dedup `replace` of the job holding `key` now: refused while live jobs wait for it."""
+        state = self.state
         owner = state.key_owner(UNIQUE, queue, key, state.now)
         held = state.jobs.get(owner) if owner is not None else None
         if held is None or held.state not in NOT_STARTED:
