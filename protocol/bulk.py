@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from .errors import CommandError
-from .flows import MAX_FLOW_JOBS, FlowNode
+from .flows import MAX_FLOW_JOBS
 from .values import queue_name
 
 LARGE_FRAME = 4096
@@ -68,28 +68,49 @@ class LargeAckBatch(msgspec.Struct):
 
 
 class LargePushFlow(msgspec.Struct):
-    """A PUSHF of more than SLICED_ITEMS jobs, each job's options not yet checked."""
+    """A PUSHF of more than SLICED_ITEMS jobs, its job array still raw (the engine reads it
+    in a pass of its own, then checks the jobs in slices)."""
 
     reqId: Any = None
-    jobs: list[FlowNode] | None = None
+    jobs: msgspec.Raw = msgspec.Raw()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.jobs, list) or not self.jobs:
+        count = array_length(self.jobs)
+        if not count:
             raise CommandError("jobs must be a non-empty array")
-        if len(self.jobs) > MAX_FLOW_JOBS:
+        if count > MAX_FLOW_JOBS:
             raise CommandError(f"a flow holds at most {MAX_FLOW_JOBS} jobs")
 
     def items(self) -> int:
         """How many jobs the flow holds."""
-        return len(self.jobs or ())
+        return array_length(self.jobs) or 0
 
 
-LARGE_COMMANDS: dict[str, type[LargePushBatch | LargeAckBatch | LargePushFlow]] = {
-    "PUSHB": LargePushBatch,
-    "ACKB": LargeAckBatch,
-    "PUSHF": LargePushFlow,
-}
-"""The commands a large frame may decode to, by the `cmd` they stand for."""
+class LargeFrame(msgspec.Struct):
+    """Every field a large command may have, its arrays raw: a frame is read once to find
+    its `cmd` and split it (`large_command` then builds the command)."""
+
+    cmd: Any = None
+    reqId: Any = None
+    queue: Any = None
+    jobs: msgspec.Raw = msgspec.Raw()
+    ids: msgspec.Raw = msgspec.Raw()
+    results: msgspec.Raw = msgspec.Raw()
+    tokens: msgspec.Raw = msgspec.Raw()
+
+
+def large_command(frame: LargeFrame) -> LargePushBatch | LargeAckBatch | LargePushFlow | None:
+    """The large command a frame stands for, or None when it is not a PUSHB, ACKB or PUSHF
+    (raises CommandError when its own fields are wrong)."""
+    if frame.cmd == "PUSHB":
+        return LargePushBatch(frame.reqId, frame.queue, frame.jobs)
+    if frame.cmd == "ACKB":
+        return LargeAckBatch(frame.reqId, frame.ids, frame.results, frame.tokens)
+    if frame.cmd == "PUSHF":
+        return LargePushFlow(frame.reqId, frame.jobs)
+    return None
+
+
 
 
 def array_length(raw: msgspec.Raw | bytes) -> int | None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import msgspec
@@ -56,22 +56,27 @@ from .state import EngineState
 log = logging.getLogger(__name__)
 
 BULK = "bulk"
-"""Record kind: a bulk past its commit point (what a restart needs to apply the rest)."""
+"""Record kind: a bulk past its commit point (its kind, its own body, how many parts)."""
+BULK_PART = "bulk-part"
+"""Record kind: one part of a bulk's items, written by a check slice (key `<bulk>:<n>`).
+Parts of a bulk with no BULK record (the broker stopped before the commit point) are dropped
+at restart. Written a slice at a time because a record is stored in its pass's commit:
+measured here, a 4.4 MB record took 30-76 ms to commit, a 50 kB one a millisecond."""
 BULK_AT = "bulk-at"
 """Record kind: how many of a bulk's items are applied (rewritten by each slice)."""
 
 Reply = dict[str, Any]
 _encode = msgspec.msgpack.Encoder().encode
 _decode_position = msgspec.msgpack.Decoder(int).decode
-_decode_head = msgspec.msgpack.Decoder(tuple[str, msgspec.Raw]).decode
+_decode_head = msgspec.msgpack.Decoder(tuple[str, msgspec.Raw, int]).decode
 
 
 class Bulk:
     """A large command in progress. A kind gives `check` (one slice of checks; True when all
-    passed; raises EngineError or CommandError to refuse the command), `body` (its record),
-    `apply` (one slice from `position`; True when all is applied) and `answer` (the reply);
-    and a way to build it again from its record, which its component registers in
-    `BulkRunner.resume`."""
+    passed; raises EngineError or CommandError to refuse the command; it may `keep` parts of
+    what a restart would need), `body` (its own part of the record), `apply` (one slice from
+    `position`; True when all is applied) and `answer` (the reply); and a way to build it
+    again from its record and parts, which its component registers in `BulkRunner.resume`."""
 
     kind: ClassVar[str] = ""
 
@@ -81,13 +86,19 @@ class Bulk:
         self.key = uuid7()
         self.applying = False  # past the commit point: nothing may refuse it now
         self.position = 0  # items applied (stored with each slice)
+        self.parts = 0  # part records written
+        self.new_parts: list[bytes] = []  # kept by the last check slice, to be written
 
     def check(self, state: EngineState, now: float) -> bool:
         """Check one slice; True once every check passed."""
         raise NotImplementedError
 
+    def keep(self, part: bytes) -> None:
+        """Store `part` (of what a restart needs) with this pass; parts come back in order."""
+        self.new_parts.append(part)
+
     def body(self) -> bytes:
-        """The record's body after the kind: what `resumed` needs to apply the rest."""
+        """The record's own body (besides the parts): what `resume` needs with them."""
         raise NotImplementedError
 
     def apply(self, state: EngineState, now: float) -> bool:
@@ -99,12 +110,17 @@ class Bulk:
         raise NotImplementedError
 
     def record(self) -> Record:
-        """The stored record: this kind, then its body."""
-        return Record(BULK, self.key, _encode((self.kind, msgspec.Raw(self.body()))))
+        """The record of the commit point: the kind, its body, how many parts."""
+        return Record(BULK, self.key, _encode((self.kind, msgspec.Raw(self.body()), self.parts)))
 
 
-Resume = Callable[[bytes, int], Bulk]
-"""How a restart builds a bulk again: from its record's body and its stored position."""
+Resume = Callable[[bytes, list[bytes], int], Bulk]
+"""How a restart builds a bulk again: from its record's body, its parts and the position."""
+
+
+def part_key(key: str, number: int) -> str:
+    """The key of a bulk's part record."""
+    return f"{key}:{number:08d}"
 
 
 class BulkRunner:
@@ -134,6 +150,7 @@ class BulkRunner:
         if reply is None:
             self.running.append(bulk)
             return []
+        self._forget(bulk)
         session = bulk.session
         if session is None:
             return []
@@ -148,7 +165,9 @@ class BulkRunner:
             if not bulk.applying:
                 if bulk.session is not None and bulk.session.closed:
                     return {}  # checks only so far, nothing changed: no one waits for it
-                if bulk.check(state, now):
+                checked = bulk.check(state, now)
+                self._write_parts(bulk)
+                if checked:
                     bulk.applying = True
                     if state.tracking:
                         state.purge_writes.append(bulk.record())  # the commit point
@@ -157,33 +176,59 @@ class BulkRunner:
                 if state.tracking:
                     state.purge_writes.append(Record(BULK_AT, bulk.key, _encode(bulk.position)))
                 return None
-            reply = bulk.answer() if bulk.session is not None else {}
+            return bulk.answer() if bulk.session is not None else {}
         except (EngineError, CommandError) as exc:
             if bulk.applying:  # after the commit point nothing may refuse: a bug
                 log.error("%s %s refused while applying: %s", bulk.kind, bulk.key, exc)
-            reply = {"ok": False, "error": str(exc)}
+            return {"ok": False, "error": str(exc)}
         except Exception:  # a bug must cost this command, not the broker
             log.exception("%s %s failed", bulk.kind, bulk.key)
-            reply = {"ok": False, "error": "Internal server error"}
-        if bulk.applying and state.tracking:
-            state.purge_deletes += [(BULK, bulk.key), (BULK_AT, bulk.key)]
-        return reply
+            return {"ok": False, "error": "Internal server error"}
+
+    def _write_parts(self, bulk: Bulk) -> None:
+        """Store the parts the last check slice kept, with this pass."""
+        writes = self.state.purge_writes
+        for part in bulk.new_parts:
+            if self.state.tracking:
+                writes.append(Record(BULK_PART, part_key(bulk.key, bulk.parts), part))
+            bulk.parts += 1
+        bulk.new_parts.clear()
+
+    def _forget(self, bulk: Bulk) -> None:
+        """A bulk ended: its records go, in the pass of its reply."""
+        if not self.state.tracking:
+            return
+        deletes = [(BULK, bulk.key), (BULK_AT, bulk.key)]
+        deletes += [(BULK_PART, part_key(bulk.key, n)) for n in range(bulk.parts)]
+        self.state.purge_deletes += deletes
 
     def restore(self, records: list[Record]) -> None:
         """Bulks a stopped broker had committed to: they go on, from where they got (their
-        sessions are gone: nobody hears their replies)."""
+        sessions are gone: nobody hears their replies). Parts of a bulk stopped before its
+        commit point are deleted."""
         positions = {r.key: _decode_position(r.body) for r in records if r.kind == BULK_AT}
+        parts: dict[str, list[Record]] = {}
+        for record in records:
+            if record.kind == BULK_PART:
+                parts.setdefault(record.key.rpartition(":")[0], []).append(record)
         for record in sorted((r for r in records if r.kind == BULK), key=lambda r: r.key):
-            kind, body = _decode_head(record.body)
+            kind, body, count = _decode_head(record.body)
+            kept = sorted(parts.pop(record.key, []), key=lambda r: r.key)
             resume = self.resume.get(kind)
-            if resume is None:
-                log.error("stored bulk %s of unknown kind %r: dropped", record.key, kind)
-                self.state.purge_deletes += [(BULK, record.key), (BULK_AT, record.key)]
+            if resume is None or len(kept) != count:
+                log.error("stored bulk %s (%r) cannot be resumed: dropped", record.key, kind)
+                self.state.purge_deletes.append((BULK, record.key))
+                parts[record.key] = kept
                 continue
-            bulk = resume(bytes(body), positions.get(record.key, 0))
+            bulk = resume(bytes(body), [part.body for part in kept], positions.get(record.key, 0))
             bulk.key = record.key
             bulk.applying = True
+            bulk.parts = count
             self.running.append(bulk)
+        for orphans in parts.values():  # no commit point: as if never sent
+            self.state.purge_deletes += [(BULK_PART, part.key) for part in orphans]
+        resumed = {bulk.key for bulk in self.running}
+        self.state.purge_deletes += [(BULK_AT, key) for key in positions if key not in resumed]
 
 
 def raw_array(chunks: list[bytes]) -> msgspec.Raw:
@@ -207,9 +252,9 @@ def raw_array(chunks: list[bytes]) -> msgspec.Raw:
     return msgspec.Raw(array_head(count) + b"".join(bodies))
 
 
-def raw_values(values: list[bytes]) -> msgspec.Raw:
+def raw_values(values: Sequence[bytes | msgspec.Raw]) -> msgspec.Raw:
     """One MessagePack array of values each already encoded."""
-    return msgspec.Raw(array_head(len(values)) + b"".join(values))
+    return msgspec.Raw(array_head(len(values)) + b"".join(values))  # type: ignore[arg-type]
 
 
 def array_head(count: int) -> bytes:

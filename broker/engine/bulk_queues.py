@@ -1,19 +1,21 @@
 """Large Drain, Clean, Obliterate, PurgeDlq and RetryDlq, worked through in slices (the rules:
 bulk.py).
 
-Checks: the jobs are chosen by a scan of every job the broker holds, 50,000 per pass (a
+Checks: the jobs are chosen by a scan of every job the broker holds, 25,000 per pass (a
 slice of a list of them taken at the start; jobs added later are not looked at: the command
 comes before them), with the command's own rule (state, queue, age; Clean then keeps the
-oldest `limit`). The record of the commit point lists the chosen ids. Applies: removes (or
-retries) them a slice at a time, each job only if it still is what the command chose (a job a
-worker started meanwhile is not drained; Obliterate takes any state), its row deleted in the
-same pass. Obliterate resets the queue's settings and answers its parked polls at the commit
-point, and drops the queue at the end if nothing was added to it meanwhile.
+oldest `limit`); then their ids are stored, 2,000 per pass, before the commit point.
+Applies: removes (or retries) them a slice at a time, each job only if it still is what the
+command chose (a job a worker started meanwhile is not drained; Obliterate takes any state),
+its row deleted in the same pass. Obliterate resets the queue's settings and answers its
+parked polls at the commit point, and drops the queue at the end if nothing was added to it
+meanwhile.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from functools import partial
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -35,13 +37,16 @@ CLEAN = "clean"
 OBLITERATE = "obliterate"
 PURGE_DLQ = "purge-dlq"
 RETRY_DLQ = "retry-dlq"
-SCAN_SLICE = 50_000
+SCAN_SLICE = 25_000
 """Jobs looked at per pass while choosing (~0.1 us each)."""
-APPLY_SLICE = 2_000
+KEEP_SLICE = 2_000
+"""Chosen ids stored per pass before the commit point (~75 kB)."""
+APPLY_SLICE = 500
 """Jobs removed (~1 us each, and ~5 us to delete the row) or retried per pass."""
 
 _encode = msgspec.msgpack.Encoder().encode
-_read = msgspec.msgpack.Decoder(tuple[str, str, Any, list[str]]).decode
+_read = msgspec.msgpack.Decoder(tuple[str, str, Any]).decode
+_read_ids = msgspec.msgpack.Decoder(list[str]).decode
 _by_id = attrgetter("id")
 _by_age = attrgetter("created_at")
 
@@ -79,26 +84,37 @@ class SweepBulk(Bulk):
         self.snapshot: list[Job] | None = None
         self.scanned = 0
         self.chosen: list[Job] = []
-        self.ids: list[str] = []  # of the chosen, for the record (and a resumed bulk)
+        self.ids: list[str] | None = None  # of the chosen, for the record (and a resumed bulk)
+        self.kept = 0  # of those, how many are in parts
         self.count = 0  # jobs removed or retried
         self.chunks: list[bytes] = []  # Clean's removed ids, slice by slice
 
     @classmethod
-    def resumed(cls, pulls: Pulls, body: bytes, position: int) -> SweepBulk:
-        """The bulk of a stored record, applied up to `position`."""
-        action, queue, states, ids = _read(body)
+    def resumed(cls, pulls: Pulls, body: bytes, parts: list[bytes], at: int) -> SweepBulk:
+        """The bulk of a stored record (its chosen ids in its parts), applied up to `at`."""
+        action, queue, states = _read(body)
         bulk = cls(pulls, None, None, action, queue, states)
-        bulk.ids = ids
-        bulk.position = position
+        bulk.ids = [job_id for part in parts for job_id in _read_ids(part)]
+        bulk.position = at
         return bulk
 
     def body(self) -> bytes:
-        """The action, queue and states, and the chosen ids."""
+        """The action, queue and states (the chosen ids are in the parts)."""
         states = None if self.states is None else sorted(self.states)
-        return _encode((self.action, self.queue, states, self.ids))
+        return _encode((self.action, self.queue, states))
 
     def check(self, state: EngineState, now: float) -> bool:
-        """Choose the jobs, a slice of the scan per pass."""
+        """Choose the jobs, a slice of the scan per pass; then store their ids, a slice per
+        pass."""
+        if self.ids is not None:
+            ids = self.ids[self.kept : self.kept + KEEP_SLICE]
+            self.kept += len(ids)
+            self.keep(_encode(ids))
+            if self.kept < len(self.ids):
+                return False
+            if self.action == OBLITERATE:
+                self._obliterate_settings(state)
+            return True
         if self.snapshot is None:
             self.snapshot = list(state.jobs.values())  # later jobs come after the command
         start = self.scanned
@@ -120,9 +136,7 @@ class SweepBulk(Bulk):
             self.chosen.sort(key=_by_age)
             del self.chosen[self.limit or 0 :]
         self.ids = [job.id for job in self.chosen]
-        if self.action == OBLITERATE:
-            self._obliterate_settings(state)
-        return True
+        return False
 
     def _old_enough(self, job: Job, now: float) -> bool:
         """Clean's age rule: created (queued jobs) or finished (others) `grace` ms ago."""
@@ -151,6 +165,7 @@ class SweepBulk(Bulk):
 
     def apply(self, state: EngineState, now: float) -> bool:
         """Remove (or retry) the next slice of the chosen jobs still as chosen."""
+        assert self.ids is not None
         start = self.position
         end = min(start + APPLY_SLICE, len(self.ids))
         if self.chosen:
@@ -205,5 +220,5 @@ def start_sweep(
 
 def register_sweeps(bulks: BulkRunner, pulls: Pulls) -> None:
     """Let a restart build stored sweeps again."""
-    bulks.resume[SweepBulk.kind] = lambda body, at: SweepBulk.resumed(pulls, body, at)
+    bulks.resume[SweepBulk.kind] = partial(SweepBulk.resumed, pulls)
 
