@@ -93,9 +93,9 @@ class Bulk:
         """Check one slice; True once every check passed."""
         raise NotImplementedError
 
-    def keep(self, part: bytes) -> None:
+    def keep(self, part: bytes | msgspec.Raw) -> None:
         """Store `part` (of what a restart needs) with this pass; parts come back in order."""
-        self.new_parts.append(part)
+        self.new_parts.append(bytes(part))  # (PostgreSQL takes bytes, not Raw)
 
     def body(self) -> bytes:
         """The record's own body (besides the parts): what `resume` needs with them."""

@@ -192,9 +192,11 @@ class SweepBulk(Bulk):
     def _drop_queue(self, state: EngineState) -> None:
         """Obliterate's end: the queue goes, unless something came to it meanwhile."""
         queue = state.queues.get(self.queue)
-        if queue is not None and queue.idle():
+        if queue is None:
+            return
+        state.graveyard.bury(queue.compact_ready())  # the removed jobs' stale entries
+        if queue.idle():
             del state.queues[self.queue]
-            state.graveyard.bury(queue.compact_ready())
             state.changed_settings.add(queue.name)
 
     def answer(self) -> Reply:
