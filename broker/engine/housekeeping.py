@@ -7,8 +7,10 @@ compacted after the pass: O(size) work paid for by at least size/2 removals, so 
 per removal. Objects whose last reference a bulk removal drops (a million jobs) are parked in
 a graveyard and let go of in slices, so freeing them does not stall a pass either.
 
-A large removal (Drain, Obliterate, Clean, PurgeDlq of more than `PURGE_SLICE` stored jobs)
-is a `Purge`. The jobs leave the live state in the command's own pass (everyone sees them gone
+A large removal (Drain, Obliterate, Clean, PurgeDlq of many jobs) is now a bulk (bulk.py):
+chosen, recorded and removed in slices. What follows is kept for the tombstones an earlier
+trioq stored, which a restart still finishes, and for any caller removing more than
+`PURGE_SLICE` stored jobs in one pass. Such a removal is a `Purge`. The jobs leave the live state in the command's own pass (everyone sees them gone
 at once), and that pass commits a tombstone record listing their ids: the commit point. The
 reply goes out after that commit, like any other. The store rows are then deleted
 `PURGE_SLICE` at a time, one slice per later pass, with other connections' commands running in
