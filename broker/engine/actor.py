@@ -51,6 +51,8 @@ class Batch:
     commands: list[Any]
 
 
+ADVANCE = object()
+"""A pass's last item while a large command is in progress: run one slice of it (bulk.py)."""
 QUEUED = (Batch, Delivered)
 """Inbox items `submit` sends: while any is queued, nothing runs inline (it could overtake)."""
 
@@ -120,7 +122,11 @@ class EngineActor:
         # trip) is committed on a worker thread while the next pass runs (_serve_pipelined).
         self._threaded = bool(getattr(store, "commit_in_thread", False))
         self._in_flight: InFlightCommit | None = None
-        self._bulks = engine.bulks  # large commands in progress (bulk.py)
+        # Large commands in progress (bulk.py): the runner, and its two collections, read on
+        # every pass (never replaced, so held here).
+        self._bulks = engine.bulks
+        self._running = engine.bulks.running
+        self._held = engine.bulks.held
 
     async def restore(self) -> None:
         """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
@@ -361,7 +367,7 @@ class EngineActor:
         timers = state.wheel.heap
         # `wheel.next_deadline() < armed or state.housekeeping_due()`, inline (every request).
         earlier = timers and timers[0].at_ms < armed
-        if earlier or state.untidy or state.purges or state.graveyard.lots or self._bulks.running:
+        if earlier or state.untidy or state.purges or state.graveyard.lots or self._running:
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True
@@ -381,7 +387,7 @@ class EngineActor:
             return
         except trio.WouldBlock:
             pass
-        if self.engine.state.housekeeping_due() or self._bulks.running:
+        if self.engine.state.housekeeping_due() or self._running:
             await trio.lowlevel.checkpoint()
             with contextlib.suppress(trio.WouldBlock):
                 items.append(self._receive.receive_nowait())
@@ -399,7 +405,11 @@ class EngineActor:
 
     def _execute(self, items: list[Any]) -> None:
         """One pass: due timers, then every item in order, then one slice of a large command
-        in progress (bulk.py) and what its client held back, then what they made ready."""
+        in progress (bulk.py) and what its client held back, then what they made ready.
+
+        A session with a large command in progress (`BulkRunner.held`) runs nothing else
+        until its reply: its later items wait there, and so does the rest of a batch whose
+        command started one."""
         engine = self.engine
         state = engine.state
         now = self.clock.now_ms()
@@ -410,27 +420,9 @@ class EngineActor:
         timers = state.wheel.heap
         if state.dirty_queues or state.finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
-        commands = self._run_items(items, now)
-        bulks = self._bulks
-        if bulks.running:
-            commands += self._run_items(bulks.advance(now), now)
-        timers = state.wheel.heap  # `compact` may have replaced the list
-        finished = state.finished
-        if finished and not engine.lifecycle.job_waiters:
-            finished.clear()  # `answer_job_waiters` with nobody waiting, inline (every ACK)
-        if state.dirty_queues or finished or (timers and timers[0].at_ms <= now):
-            engine.tick(now)
-        if state.untidy or state.purges or state.graveyard.lots:  # `housekeeping_due`, inline
-            state.housekeep()
-        if self.on_pass is not None:
-            self.on_pass(commands)
-
-    def _run_items(self, items: list[Any], now: float) -> int:
-        """Run the pass's items in order; returns how many commands ran. A session with a
-        large command in progress (`BulkRunner.held`) runs nothing else until its reply: its
-        later items wait there, and so does the rest of a batch whose command started one."""
-        engine = self.engine
-        held = self._bulks.held
+        held = self._held
+        if self._running:  # a slice after the items; what it releases runs in this loop too
+            items = [*items, ADVANCE]
         commands = 0
         for item in items:
             if isinstance(item, Batch):
@@ -453,7 +445,18 @@ class EngineActor:
                 engine.webhooks.record_delivery(item)
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
-        return commands
+            elif item is ADVANCE:
+                items += self._bulks.advance(now)  # (a list of this pass's own)
+        timers = state.wheel.heap  # `compact` may have replaced the list
+        finished = state.finished
+        if finished and not engine.lifecycle.job_waiters:
+            finished.clear()  # `answer_job_waiters` with nobody waiting, inline (every ACK)
+        if state.dirty_queues or finished or (timers and timers[0].at_ms <= now):
+            engine.tick(now)
+        if state.untidy or state.purges or state.graveyard.lots:  # `housekeeping_due`, inline
+            state.housekeep()
+        if self.on_pass is not None:
+            self.on_pass(commands)
 
     def _hold_rest(self, batch: Batch, started: Any) -> int:
         """Hold the commands of `batch` after `started` (which started a bulk) until the
@@ -462,7 +465,7 @@ class EngineActor:
         index = next(i for i, command in enumerate(commands) if command is started)
         rest = commands[index + 1 :]
         if rest:
-            self._bulks.held[batch.session].append(Batch(batch.session, rest))
+            self._held[batch.session].append(Batch(batch.session, rest))
         return len(rest)
 
     def _commit(self) -> None:
