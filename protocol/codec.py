@@ -10,17 +10,15 @@ or the validation message of the command itself.
 from __future__ import annotations
 
 import math
-import re
 import struct
 from typing import Any, Union
 
 import msgspec
 
 from .admin import ADMIN_COMMANDS
-from .bulk import LARGE_FRAME, SLICED_ITEMS, LargeFrame, large_command
 from .commands import WIRE_COMMANDS, PushBatchItems
 from .crons import CRON_COMMANDS
-from .errors import CommandError
+from .errors import CommandError, readable_validation_error
 from .extensions import ext_hook
 from .flows import FLOW_COMMANDS
 from .groups import GROUP_COMMANDS
@@ -50,8 +48,6 @@ _encoder = msgspec.msgpack.Encoder()
 _pack_length = struct.Struct(">I").pack_into  # a frame's 4-byte big-endian length prefix
 encode = _encoder.encode
 
-_MSGSPEC_TYPE_ERROR = re.compile(r"Expected `(?P<kind>[^`]+)`, got `[^`]+` - at `\$\.(?P<path>.+)`")
-_KIND_WORDS = {"array": "an array", "object": "an object", "str": "a string", "bool": "a boolean"}
 
 
 class _Envelope(msgspec.Struct):
@@ -63,7 +59,6 @@ class _Envelope(msgspec.Struct):
 
 
 _decode_envelope = msgspec.msgpack.Decoder(_Envelope, ext_hook=ext_hook).decode
-_decode_large_frame = msgspec.msgpack.Decoder(LargeFrame, ext_hook=ext_hook).decode
 
 
 class Rejected(msgspec.Struct, frozen=True):
@@ -74,12 +69,8 @@ class Rejected(msgspec.Struct, frozen=True):
 
 
 def decode_command(payload: bytes) -> Any:
-    """Decode and validate one frame payload; never raises. A large batch comes back as a
-    `Large*` command of protocol/bulk.py, its items left for the engine to check."""
-    if len(payload) > LARGE_FRAME:
-        large = decode_large(payload)
-        if large is not None:
-            return large
+    """Decode and validate one frame payload; never raises. A large batch comes back `large`,
+    its items left for the engine to check (protocol/bulk.py)."""
     try:
         command = _decode_command(payload)
     except Exception:  # any bad frame (invalid UTF-8, too deep, ...) is the slow path's job
@@ -90,27 +81,6 @@ def decode_command(payload: bytes) -> Any:
     if req_id.__class__ is str and len(req_id) <= MAX_REQ_ID:
         return command
     return command if req_id_fits(req_id) else Rejected(None, REQ_ID_TOO_LONG)
-
-
-def decode_large(payload: bytes) -> Any:
-    """The `Large*` command (protocol/bulk.py) of a PUSHB, ACKB or PUSHF frame with more than
-    SLICED_ITEMS items, or its `Rejected` when the command's own fields are wrong; None for
-    any other frame (the whole decode handles it). Reads the frame once, skipping what it
-    does not keep (~2 ms a MB)."""
-    try:
-        frame = _decode_large_frame(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
-        return None  # e.g. a field of another type than LargeFrame's: the whole decode words it
-    req_id = frame.reqId
-    if not isinstance(frame.cmd, str) or (req_id is not None and not req_id_fits(req_id)):
-        return None
-    try:
-        command = large_command(frame)
-    except CommandError as exc:
-        return Rejected(req_id, str(exc))
-    if command is None or command.items() <= SLICED_ITEMS:
-        return None
-    return command
 
 
 def req_id_fits(req_id: Any) -> bool:
@@ -171,16 +141,6 @@ def explain_rejection(payload: bytes) -> Rejected:
     except (msgspec.DecodeError, ValueError, RecursionError):
         return Rejected(req_id, "Invalid command format")
     return Rejected(req_id, "Invalid command")
-
-
-def readable_validation_error(text: str) -> str:
-    """Turn msgspec's "Expected `array | null`, got `int` - at `$.jobs`" into "jobs must be..."."""
-    match = _MSGSPEC_TYPE_ERROR.fullmatch(text)
-    if not match:
-        return text
-    kinds = [kind for kind in match["kind"].split(" | ") if kind != "null"]
-    words = " or ".join(_KIND_WORDS.get(kind, kind) for kind in kinds)
-    return f"{match['path']} must be {words}"
 
 
 def append_frame(buffer: bytearray, reply: Any) -> None:

@@ -1,5 +1,5 @@
-"""Admission checks shared by PUSH, PUSHB (jobs.py) and PUSHF (flows.py): group room and
-dependency cycles. Functions; they only read EngineState.
+"""Admission checks shared by PUSH, PUSHB (jobs.py, bulk_jobs.py) and PUSHF (flows.py): group
+room, dependency cycles, repeat schedules. Functions; they only read EngineState.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import EngineError
+from .schedule import ScheduleError, check_pattern, first_occurrence, zone
 from .state import EngineState
 
 
@@ -30,6 +31,21 @@ def check_group_room(
             prefix = f"jobs[{index}]: " if batch else ""
             raise EngineError(f"{prefix}Group {group} is full (groupMaxSize {cap})")
         adding[group] = adding.get(group, 0) + 1
+
+
+def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
+    """A repeat's pattern and zone must be usable, and it must have a future occurrence."""
+    if repeat is None or (repeat.get("pattern") is None and repeat.get("every") is None):
+        return
+    try:
+        if repeat.get("pattern") is not None:
+            check_pattern(repeat["pattern"], repeat.get("tz"))
+        elif repeat.get("tz") is not None:
+            zone(repeat["tz"])
+    except ScheduleError as exc:
+        raise EngineError(str(exc)) from None
+    if first_occurrence(repeat, now) is None:
+        raise EngineError("repeat has no future occurrence")
 
 
 def find_cycle(edges: Mapping[str, Iterable[str]]) -> list[str] | None:

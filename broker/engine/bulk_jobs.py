@@ -9,29 +9,28 @@ the connection's task), and the actor runs one pass in each of them.
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from protocol import CommandError
-from protocol.bulk import LargeAckBatch, LargePushBatch, LargePushFlow
-from protocol.codec import readable_validation_error
+from protocol.bulk import NIL, given
 from protocol.commands import decode_items, raw_or_none
-from protocol.flows import MAX_FLOW_BYTES, FlowJob, FlowNode, check_node
+from protocol.flows import MAX_FLOW_BYTES, FlowJob, FlowNode, check_node, read_nodes
 from protocol.values import lease_token
 
 from . import errors
-from .admission import check_group_room, find_cycle
-from .bulk import Bulk, BulkRunner, Reply, encoded, raw_array, raw_values
+from .admission import check_group_room, check_repeat, find_cycle
+from .bulk import Bulk, Reply, encoded, raw_array, raw_values
 from .errors import EngineError
-from .flows import Flows
-from .jobs import JobCommands, check_repeat
 from .leases import active_job, is_late
 from .model import ACTIVE, Job, job_from_push
-from .routing import Routes
 from .sink import ReplySink
 from .state import EngineState
+
+if TYPE_CHECKING:  # they start these bulks (and import this module)
+    from .flows import Flows
+    from .jobs import JobCommands
 
 _encode = msgspec.msgpack.Encoder().encode
 _split = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
@@ -40,48 +39,6 @@ _read_any = msgspec.msgpack.Decoder().decode
 _read_str = msgspec.msgpack.Decoder(str).decode
 _read_ack_part = msgspec.msgpack.Decoder(tuple[list[str], list[msgspec.Raw], list[Any]]).decode
 _read_flow = msgspec.msgpack.Decoder(list[FlowNode]).decode
-NIL = msgspec.Raw(b"\xc0")
-
-
-def _given(raw: msgspec.Raw) -> bool:
-    """Whether an optional raw field was sent (absent and nil are not)."""
-    return bytes(memoryview(raw)[:1]) not in (b"", b"\xc0")
-
-
-class LargeBatches:
-    """Routes the large PUSHB, ACKB and PUSHF (protocol/bulk.py) to their bulks, and builds
-    their bulks again at a restart (a component: it owns nothing)."""
-
-    def __init__(self, bulks: BulkRunner, jobs: JobCommands, flows: Flows) -> None:
-        self.bulks = bulks
-        self.jobs = jobs
-        self.flows = flows
-        bulks.resume[PushBulk.kind] = partial(PushBulk.resumed, jobs)
-        bulks.resume[AckBulk.kind] = AckBulk.resumed
-        bulks.resume[FlowBulk.kind] = partial(FlowBulk.resumed, flows)
-
-    def routes(self) -> Routes:
-        """The commands this component answers."""
-        routes = Routes()
-        routes.add(LargePushBatch, self.push_batch)
-        routes.add(LargeAckBatch, self.ack_batch)
-        routes.add(LargePushFlow, self.push_flow)
-        return routes
-
-    def push_batch(self, session: ReplySink, command: LargePushBatch, now: float) -> None:
-        """A large PUSHB: answered once all its jobs are added (or a check refused it)."""
-        self.bulks.start(PushBulk(self.jobs, session, command.reqId, command.queue, command.jobs))
-
-    def ack_batch(self, session: ReplySink, command: LargeAckBatch, now: float) -> None:
-        """A large ACKB: answered once all its jobs are settled (or a check refused it)."""
-        bulk = AckBulk(session, command.reqId, command.ids, command.results, command.tokens)
-        self.bulks.start(bulk)
-
-    def push_flow(self, session: ReplySink, command: LargePushFlow, now: float) -> None:
-        """A large PUSHF: answered once all its jobs are added (or a check refused it)."""
-        self.bulks.start(FlowBulk(self.flows, session, command.reqId, command.jobs))
-
-
 class GroupRoom:
     """groupMaxSize of a batch read in slices (admission.check_group_room's rule): per group,
     the items that could first overflow it, whatever the group holds when the checks end."""
@@ -304,14 +261,14 @@ class AckBulk(Bulk):
                 self.ids = _read_ids(ids_raw)
             except msgspec.ValidationError:
                 raise CommandError("ids must be an array of strings") from None
-        elif step == 1 and _given(results_raw):
+        elif step == 1 and given(results_raw):
             try:
                 self.results = _split(results_raw)
             except msgspec.ValidationError:
                 raise CommandError("results must be an array") from None
             if len(self.results) != len(self.ids or ()):
                 raise CommandError("ACKB results length must match ids length")
-        elif step == 2 and _given(tokens_raw):
+        elif step == 2 and given(tokens_raw):
             tokens = _read_any(tokens_raw)
             if not isinstance(tokens, list) or len(tokens) != len(self.ids or ()):
                 raise CommandError("ACKB tokens length must match ids length")
@@ -434,11 +391,7 @@ class FlowBulk(Bulk):
 
     def _read_nodes(self) -> None:
         """Read the job array (one pass: ~3 ms for 10,000 jobs), with PUSHF's error texts."""
-        try:
-            self.nodes = _read_flow(self.array)
-        except msgspec.ValidationError as exc:
-            text = str(exc).replace("`$[", "`$.jobs[")
-            raise CommandError(readable_validation_error(text)) from None
+        self.nodes = read_nodes(self.array)
         self.snapshots = [b""] * len(self.nodes)
 
     def _read_slice(self) -> None:

@@ -23,7 +23,6 @@ from protocol import commands as cmd
 
 from .admin import QueueAdmin
 from .bulk import BulkRunner
-from .bulk_jobs import LargeBatches
 from .crons import CRON, CronScheduler
 from .dashboard import Dashboard
 from .deadletters import DeadLetterCommands
@@ -54,10 +53,10 @@ class Engine:
         self.info = BrokerInfo()
         state = self.state
         self.bulks = BulkRunner(state)  # large commands in progress (bulk.py)
-        self.jobs = JobCommands(state)
+        self.jobs = JobCommands(state, self.bulks)
         self.pulls = Pulls(state)
         self.lifecycle = Lifecycle(state)
-        self.flows = Flows(state)
+        self.flows = Flows(state, self.bulks)
         self.settings = QueueSettings(state)
         self.groups = Groups(state)
         self.dead_letters = DeadLetterCommands(state, self.pulls, self.bulks)
@@ -67,12 +66,11 @@ class Engine:
         self.webhooks = WebhookRegistry()
         self.admin = QueueAdmin(state, self.pulls, self.info, self.bulks)
         self.dashboard = Dashboard(state, self.admin, self.jobs, self.workers, self.crons)
-        self.large = LargeBatches(self.bulks, self.jobs, self.flows)
         routes = Routes()
         for component in (
             self.jobs, self.pulls, self.lifecycle, self.flows, self.settings, self.groups,
             self.dead_letters, self.dedup, self.crons, self.workers, self.webhooks, self.admin,
-            self.dashboard, self.large,
+            self.dashboard,
         ):  # fmt: skip
             routes.merge(component.routes())
         routes.add(cmd.SubscribeEvents, self.connection_only)

@@ -13,6 +13,7 @@ the legacy flow edits (MoveToWaitingChildren, RemoveChildDependency, RemoveUnpro
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -21,6 +22,8 @@ from protocol import flows as cmd
 from protocol import groups as groups_cmd
 
 from .admission import check_group_room, find_cycle
+from .bulk import BulkRunner
+from .bulk_jobs import FlowBulk
 from .errors import EngineError, self_dependency
 from .leases import active_job
 from .model import ACTIVE, COMPLETED, FAILED, QUEUED_STATES, WAITING_CHILDREN, Job, job_from_push
@@ -34,8 +37,10 @@ Reply = dict[str, Any]
 class Flows:
     """PUSHF, UpdateParent, the children queries and the legacy flow edits."""
 
-    def __init__(self, state: EngineState) -> None:
+    def __init__(self, state: EngineState, bulks: BulkRunner) -> None:
         self.state = state
+        self.bulks = bulks  # a large PUSHF goes there (bulk_jobs.py)
+        bulks.resume[FlowBulk.kind] = partial(FlowBulk.resumed, self)
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -50,8 +55,12 @@ class Flows:
         routes.add(groups_cmd.RemoveUnprocessedChildren, self.remove_unprocessed_children)
         return routes
 
-    def push_flow(self, session: ReplySink, command: cmd.PushFlow, now: float) -> Reply:
-        """PUSHF: the whole graph or nothing; one snapshot per input job, in input order."""
+    def push_flow(self, session: ReplySink, command: cmd.PushFlow, now: float) -> Reply | None:
+        """PUSHF: the whole graph or nothing; one snapshot per input job, in input order. A
+        large one is checked and added in slices, answered once all are (bulk_jobs.py)."""
+        if command.large:
+            self.bulks.start(FlowBulk(self, session, command.reqId, command.jobs))
+            return None
         nodes: list[cmd.FlowJob] = command.jobs  # type: ignore[assignment]
         self._check_graph(nodes)
         by_queue: dict[str, list[Any]] = {}

@@ -8,6 +8,7 @@ are in admission.py, the settling checks in leases.py.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -15,7 +16,9 @@ import msgspec
 from protocol import commands as cmd
 
 from . import errors
-from .admission import check_group_room, find_cycle
+from .admission import check_group_room, check_repeat, find_cycle
+from .bulk import BulkRunner
+from .bulk_jobs import AckBulk, PushBulk
 from .deadlines import settle_failure
 from .errors import EngineError
 from .keys import DEBOUNCE, UNIQUE
@@ -34,26 +37,11 @@ from .model import (
     uuid7s,
 )
 from .routing import Routes
-from .schedule import ScheduleError, check_pattern, first_occurrence, zone
+from .schedule import first_occurrence
 from .sink import ReplySink
 from .state import NOT_STARTED, EngineState
 
 Reply = dict[str, Any]
-
-
-def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
-    """A repeat's pattern and zone must be usable, and it must have a future occurrence."""
-    if repeat is None or (repeat.get("pattern") is None and repeat.get("every") is None):
-        return
-    try:
-        if repeat.get("pattern") is not None:
-            check_pattern(repeat["pattern"], repeat.get("tz"))
-        elif repeat.get("tz") is not None:
-            zone(repeat["tz"])
-    except ScheduleError as exc:
-        raise EngineError(str(exc)) from None
-    if first_occurrence(repeat, now) is None:
-        raise EngineError("repeat has no future occurrence")
 
 
 def first_run(repeat: dict[str, Any], run_at: float) -> float:
@@ -73,8 +61,11 @@ class JobCommands:
     """PUSH, PUSHB, ACK, ACKB, FAIL, JobHeartbeat(B), GetJob, GetState, GetResult, GetJobCounts and
     Count, over EngineState."""
 
-    def __init__(self, state: EngineState) -> None:
+    def __init__(self, state: EngineState, bulks: BulkRunner) -> None:
         self.state = state
+        self.bulks = bulks  # large PUSHB and ACKB go there (bulk_jobs.py)
+        bulks.resume[PushBulk.kind] = partial(PushBulk.resumed, self)
+        bulks.resume[AckBulk.kind] = AckBulk.resumed
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -114,8 +105,12 @@ class JobCommands:
         check_group_room(self.state, command.queue, [command])
         return self._settle_duplicate(command.queue, command, command.jobId, now)
 
-    def push_batch(self, session: ReplySink, command: cmd.PushBatch, now: float) -> Reply:
-        """PUSHB: every item checked first (dependsOn may name customIds of the batch)."""
+    def push_batch(self, session: ReplySink, command: cmd.PushBatch, now: float) -> Reply | None:
+        """PUSHB: every item checked first (dependsOn may name customIds of the batch). A
+        large one is checked and added in slices, answered once all are (bulk_jobs.py)."""
+        if command.large:
+            self.bulks.start(PushBulk(self, session, command.reqId, command.queue, command.jobs))
+            return None
         items: list[Any] = command.jobs  # type: ignore[assignment]
         queue = command.queue
         batch_ids = {item.customId for item in items if item.customId is not None}
@@ -267,11 +262,16 @@ class JobCommands:
         self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
         return {"ok": True}
 
-    def ack_batch(self, session: ReplySink, command: cmd.AckBatch, now: float) -> Reply:
+    def ack_batch(self, session: ReplySink, command: cmd.AckBatch, now: float) -> Reply | None:
         """ACKB: every job and token checked before any job completes; the jobs no longer
-        active (a late settle, a repeated id) are ignored and reported."""
-        ids: list[str] = command.ids
-        tokens = command.tokens or [None] * len(ids)
+        active (a late settle, a repeated id) are ignored and reported. A large one is
+        checked and settled in slices, answered once all are (bulk_jobs.py)."""
+        if command.large:
+            bulk = AckBulk(session, command.reqId, command.ids, command.results, command.tokens)
+            self.bulks.start(bulk)
+            return None
+        ids: list[str] = command.ids  # type: ignore[assignment]
+        tokens: list[Any] = command.tokens or [None] * len(ids)  # type: ignore[assignment]
         jobs = self.state.jobs
         settling: list[Job | None] = []  # the job at each position, None where ignored
         ignoring = False
@@ -295,7 +295,7 @@ class JobCommands:
                 if job_id in seen:
                     ignoring, settling[index] = True, None
                 seen.add(job_id)
-        results: list[Any] = command.results or [None] * len(ids)
+        results: list[Any] = command.results or [None] * len(ids)  # type: ignore[assignment]
         if not ignoring:
             self.state.complete_many(settling, results, now)  # type: ignore[arg-type]
             return {"ok": True}
