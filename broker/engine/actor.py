@@ -39,6 +39,8 @@ INBOX_SIZE = 256
 MAX_BATCHES_PER_PASS = 32
 LOAD_SLICE = 10_000
 """Stored rows read at start-up between two checkpoints."""
+BULK_YIELDS = 5
+"""Turns of the scheduler the actor sits out after a pass that ran a large command's slice."""
 COMMIT_RETRY_S = 0.2
 """While the database is unreachable, how often a withheld commit is tried again."""
 
@@ -388,7 +390,11 @@ class EngineActor:
         except trio.WouldBlock:
             pass
         if self.engine.state.housekeeping_due() or self._running:
-            await trio.lowlevel.checkpoint()
+            # Between two slices of a large command, the others get several turns of the
+            # scheduler, not one: a new client's connect + Ping takes four or five (accept,
+            # the read hub, its task), and the actor would otherwise run a pass in each.
+            for _ in range(BULK_YIELDS if self._running else 1):
+                await trio.lowlevel.checkpoint()
             with contextlib.suppress(trio.WouldBlock):
                 items.append(self._receive.receive_nowait())
             return
