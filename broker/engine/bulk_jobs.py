@@ -9,7 +9,7 @@ the connection's task), and the actor runs one pass in each of them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -28,9 +28,28 @@ from .model import ACTIVE, Job, job_from_push
 from .sink import ReplySink
 from .state import EngineState
 
-if TYPE_CHECKING:  # they start these bulks (and import this module)
-    from .flows import Flows
-    from .jobs import JobCommands
+
+class PushChecks(Protocol):
+    """What a PushBulk uses of JobCommands (jobs.py), which starts it."""
+
+    state: EngineState
+
+    def check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
+        """Every dependency is held, completed, or a customId of the batch."""
+
+    def check_held_replace(self, queue: str, key: str) -> None:
+        """A dedup replace of the job holding `key` drops no job others wait for."""
+
+    def add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+        """Add checked items in order; the id each stands for."""
+
+
+class FlowChecks(Protocol):
+    """What a FlowBulk uses of Flows (flows.py), which starts it."""
+
+    def check_edges(self, node: FlowJob, graph: dict[str, FlowJob]) -> None:
+        """A node's dependencies exist and its parent and children point at each other."""
+
 
 _encode = msgspec.msgpack.Encoder().encode
 _split = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
@@ -39,6 +58,8 @@ _read_any = msgspec.msgpack.Decoder().decode
 _read_str = msgspec.msgpack.Decoder(str).decode
 _read_ack_part = msgspec.msgpack.Decoder(tuple[list[str], list[msgspec.Raw], list[Any]]).decode
 _read_flow = msgspec.msgpack.Decoder(list[FlowNode]).decode
+
+
 class GroupRoom:
     """groupMaxSize of a batch read in slices (admission.check_group_room's rule): per group,
     the items that could first overflow it, whatever the group holds when the checks end."""
@@ -82,7 +103,7 @@ class PushBulk(Bulk):
     APPLY_SLICE = 500  # ~5 us an item (built, indexed, its row encoded), ~6 us to store it
 
     def __init__(
-        self, jobs: JobCommands, session: ReplySink | None, req_id: object, queue: str,
+        self, jobs: PushChecks, session: ReplySink | None, req_id: object, queue: str,
         array: msgspec.Raw,
     ) -> None:  # fmt: skip
         super().__init__(session, req_id)
@@ -101,7 +122,7 @@ class PushBulk(Bulk):
         self.chunks: list[bytes] = []  # the reply's ids, slice by slice
 
     @classmethod
-    def resumed(cls, jobs: JobCommands, body: bytes, parts: list[bytes], at: int) -> PushBulk:
+    def resumed(cls, jobs: PushChecks, body: bytes, parts: list[bytes], at: int) -> PushBulk:
         """The bulk of a stored record (its items in its parts), applied up to `at`."""
         bulk = cls(jobs, None, None, _read_str(body), NIL)
         bulk.raw = [item for part in parts for item in _split(part)]
@@ -363,7 +384,7 @@ class FlowBulk(Bulk):
     APPLY_SLICE = 250  # ~12 us a job: built, added, its snapshot and row encoded
 
     def __init__(
-        self, flows: Flows, session: ReplySink | None, req_id: object, array: msgspec.Raw
+        self, flows: FlowChecks, session: ReplySink | None, req_id: object, array: msgspec.Raw
     ) -> None:
         super().__init__(session, req_id)
         self.flows = flows
@@ -377,7 +398,7 @@ class FlowBulk(Bulk):
         self.snapshots: list[bytes] = []  # each job as added, by input position
 
     @classmethod
-    def resumed(cls, flows: Flows, body: bytes, parts: list[bytes], at: int) -> FlowBulk:
+    def resumed(cls, flows: FlowChecks, body: bytes, parts: list[bytes], at: int) -> FlowBulk:
         """The bulk of a stored record (its jobs in its parts), applied up to `at`."""
         bulk = cls(flows, None, None, NIL)
         bulk.nodes = [node for part in parts for node in _read_flow(part)]

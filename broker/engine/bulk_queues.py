@@ -223,4 +223,3 @@ def start_sweep(
 def register_sweeps(bulks: BulkRunner, pulls: Pulls) -> None:
     """Let a restart build stored sweeps again."""
     bulks.resume[SweepBulk.kind] = partial(SweepBulk.resumed, pulls)
-
