@@ -43,6 +43,7 @@ class Sink:
         self.name = name
         self.log = log
         self.replies: list[dict[str, Any]] = []
+        self.answered = trio.Event()  # set once a reply was sent
         self._staged: list[dict[str, Any]] = []
         self._outbox = actor.outbox
 
@@ -54,6 +55,7 @@ class Sink:
         for reply in self._staged:
             self.replies.append(reply)
             self.log.append((self.name, reply))
+            self.answered.set()
         self._staged = []
 
     def take_staged(self) -> Callable[[], None]:
@@ -428,14 +430,24 @@ async def test_a_large_batch_whose_client_left_during_its_checks_is_dropped() ->
     assert actor.engine.state.jobs == {} and store.records == {} and pusher.replies == []
 
 
-async def test_the_reply_of_a_large_batch_follows_the_commit_of_its_last_slice() -> None:
+class ThreadedStore(LoggedStore):
+    """A LoggedStore committed on a worker thread, the next pass running meanwhile (as
+    PostgreSQL with --pg-commit-thread)."""
+
+    commit_in_thread = True
+
+
+@pytest.mark.parametrize("store_kind", [LoggedStore, ThreadedStore])
+async def test_the_reply_of_a_large_batch_follows_the_commit_of_its_last_slice(
+    store_kind: type[LoggedStore],
+) -> None:
     log: list[tuple[str, Any]] = []
-    store = LoggedStore(log)
+    store = store_kind(log)
     actor = EngineActor(Engine(), Clock(EPOCH_MS), store)
     pusher = Sink(actor, "pusher", log)
     async with running(actor):
         await actor.submit(Batch(pusher, [big_pushb()]))
-        await trio.testing.wait_all_tasks_blocked()
+        await pusher.answered.wait()  # (a threaded commit runs beside the Trio tasks)
     replied = [who for who, _ in log].index("pusher")
     rows, _, deleted = log[replied - 1][1]
     assert rows == BIG and (BULK, pusher_key(deleted)) in deleted  # every row, and the end
