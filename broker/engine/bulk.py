@@ -4,18 +4,18 @@ A PUSHB of 200,000 jobs was one engine pass of about 2 s (measured: read 15 ms, 
 480, checks 170, job building 170, indexing 380, row encoding 320, SQLite 450, reply 30): no
 other connection was served meanwhile. Now a large command (a PUSHB, ACKB or PUSHF of more
 than SLICED_ITEMS items, a Drain, Clean, Obliterate, PurgeDlq or RetryDlq of many jobs) is a
-`Bulk`: the actor runs one slice of one bulk per pass (about 10 ms of work), commits the pass,
-sends its replies and lets the other tasks run before the next, so other connections'
-commands are answered between slices.
+`Bulk`: the actor runs one slice of one bulk per pass (about 5 ms of work), commits the pass,
+sends its replies and sits out a few turns of the scheduler before the next (actor.py,
+BULK_YIELDS), so other connections' commands are answered between slices.
 
 A bulk goes through two phases, each in slices:
 
 1. **Check.** Everything that can refuse the command is checked (item decoding and
    validation, dependencies, tokens, group room, cycles; for a removal, choosing its jobs),
    and nothing changes. An error answers the command and leaves the state as it was.
-2. **Apply.** The pass that finishes the checks stores the bulk's record (what a restart
-   needs to apply the rest: the raw items, or the chosen ids): that commit is the commit
-   point. Each later pass applies one slice and stores its position with its rows. The pass
+2. **Apply.** The check slices store, part by part, what a restart needs to apply the rest
+   (the raw items, or the chosen ids); the pass that finishes the checks stores the bulk's
+   record: that commit is the commit point. Each later pass applies one slice and stores its position with its rows. The pass
    of the last slice deletes the record; the reply is staged there and sent after that
    commit, so the client hears nothing before every change is stored, and a read after the
    reply sees them all.
