@@ -15,10 +15,10 @@ A bulk goes through two phases, each in slices:
    and nothing changes. An error answers the command and leaves the state as it was.
 2. **Apply.** The check slices store, part by part, what a restart needs to apply the rest
    (the raw items, or the chosen ids); the pass that finishes the checks stores the bulk's
-   record: that commit is the commit point. Each later pass applies one slice and stores its position with its rows. The pass
-   of the last slice deletes the record; the reply is staged there and sent after that
-   commit, so the client hears nothing before every change is stored, and a read after the
-   reply sees them all.
+   record: that commit is the commit point. Each later pass applies one slice and stores its
+   position with its rows. The pass of the last slice deletes the records; the reply is
+   staged there and sent after that commit, so the client hears nothing before every change
+   is stored, and a read after the reply sees them all.
 
 All or nothing for its client: a broker stopped (even by kill -9) before the commit point
 stored nothing of the command (the client got no reply); one stopped after it finds the
