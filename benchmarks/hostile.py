@@ -35,6 +35,11 @@ one), runs its clients for a bounded time and prints one line of figures, with t
                new process's start until its port accepts, until the first and the last client
                is served again; the new broker's open files at most (sampled every 50 ms for
                `--seconds`) and the error replies the clients heard.
+  big-pushb    sqlite mode: one PUSHB of 200,000 jobs (a 4 MB frame); the worst round trip
+               of a fresh client's connect + Ping (one every 10 ms) until its reply, and the
+               broker's RSS peak over the run (sampled every 5 ms).
+  big-ackb     the same for one ACKB of 200,000 leased jobs (pushed and pulled untimed first).
+  big-drain    the same for a Drain of a queue of 200,000 jobs (pushed untimed first).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -779,6 +785,94 @@ RESTART_SCENARIOS = {
 """Scenarios that start (and restart) their own brokers: name -> fn(source, seconds, jobs)."""
 
 
+BIG_BATCH = 200_000
+
+
+def call(sock: socket.socket, message: dict[str, Any]) -> Any:
+    """Send one command on a blocking socket and read its reply."""
+    sock.sendall(frame(message))
+    size = int.from_bytes(sock.recv(4, socket.MSG_WAITALL), "big")
+    return msgspec.msgpack.decode(sock.recv(size, socket.MSG_WAITALL))
+
+
+class Watch:
+    """While a command runs: a fresh client's connect + Ping every 10 ms, and the broker's
+    RSS every 5 ms, each from a thread of its own."""
+
+    def __init__(self, port: int, process: psutil.Process) -> None:
+        self.port = port
+        self.process = process
+        self.pings: list[float] = []
+        self.before = self.peak = rss_mib(process)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._ping), threading.Thread(target=self._rss)]
+
+    def _ping(self) -> None:
+        while not self._stop.is_set():
+            self.pings.append(probe(self.port))
+            time.sleep(0.01)
+
+    def _rss(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mib(self.process))
+            time.sleep(0.005)
+
+    def __enter__(self) -> Watch:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def summary(self) -> str:
+        """The Ping figures and the RSS peak."""
+        pings = self.pings or [0.0]
+        return (
+            f"fresh connect+Ping ms: median {statistics.median(pings):.1f},"
+            f" max {max(pings):.1f} ({len(self.pings)} probes);"
+            f" RSS {self.before:.0f} MiB before, peak +{self.peak - self.before:.0f} MiB"
+        )
+
+
+def big_batch(source: str, kind: str) -> str:
+    """One large command (`pushb`, `ackb` or `drain` of BIG_BATCH jobs) against a fresh
+    SQLite-mode broker, watched (see Watch); what it needs first is set up untimed."""
+    jobs = [{"name": "job", "data": {"i": n}} for n in range(BIG_BATCH)]
+    push = {"cmd": "PUSHB", "queue": "big", "jobs": jobs, "reqId": 1}
+    with broker(source) as (port, process), socket.create_connection(("127.0.0.1", port)) as sock:
+        message = push
+        if kind in ("ackb", "drain"):
+            assert call(sock, push)["ok"]
+        if kind == "ackb":
+            ids: list[str] = []
+            tokens: list[str] = []
+            while len(ids) < BIG_BATCH:
+                reply = call(sock, {"cmd": "PULLB", "queue": "big", "count": 1000, "owner": "w"})
+                ids += [job["id"] for job in reply["jobs"]]
+                tokens += reply["tokens"]
+            message = {"cmd": "ACKB", "ids": ids, "tokens": tokens, "reqId": 2}
+        elif kind == "drain":
+            message = {"cmd": "Drain", "queue": "big", "reqId": 2}
+        time.sleep(1)  # let the broker settle (a checkpoint, a collection)
+        with Watch(port, process) as watch:
+            began = time.perf_counter()
+            reply = call(sock, message)
+            took = time.perf_counter() - began
+        assert reply["ok"], reply
+    return f"reply after {took:.2f} s; {watch.summary()}"
+
+
+SCENARIOS = {
+    "big-pushb": lambda source, seconds: big_batch(source, "pushb"),
+    "big-ackb": lambda source, seconds: big_batch(source, "ackb"),
+    "big-drain": lambda source, seconds: big_batch(source, "drain"),
+}
+"""Scenarios that start their own broker: name -> (source, seconds) -> their line."""
+
+
 def run(scenario: str, source: str, seconds: float, jobs: int = 1_000_000) -> str:
     """Run one scenario against a fresh broker; returns its line of figures."""
     if scenario in RESTART_SCENARIOS:
@@ -787,6 +881,8 @@ def run(scenario: str, source: str, seconds: float, jobs: int = 1_000_000) -> st
         return run_unread(scenario, source, seconds)
     if scenario in ENGINE_SCENARIOS:
         return ENGINE_SCENARIOS[scenario](source)
+    if scenario in SCENARIOS:
+        return SCENARIOS[scenario](source, seconds)
     if scenario == "fairness":
         with broker(source) as (port, _process):
             return fairness(port, seconds)

@@ -10,7 +10,6 @@ or the validation message of the command itself.
 from __future__ import annotations
 
 import math
-import re
 import struct
 from typing import Any, Union
 
@@ -19,7 +18,7 @@ import msgspec
 from .admin import ADMIN_COMMANDS
 from .commands import WIRE_COMMANDS, PushBatchItems
 from .crons import CRON_COMMANDS
-from .errors import CommandError
+from .errors import CommandError, readable_validation_error
 from .extensions import ext_hook
 from .flows import FLOW_COMMANDS
 from .groups import GROUP_COMMANDS
@@ -49,8 +48,6 @@ _encoder = msgspec.msgpack.Encoder()
 _pack_length = struct.Struct(">I").pack_into  # a frame's 4-byte big-endian length prefix
 encode = _encoder.encode
 
-_MSGSPEC_TYPE_ERROR = re.compile(r"Expected `(?P<kind>[^`]+)`, got `[^`]+` - at `\$\.(?P<path>.+)`")
-_KIND_WORDS = {"array": "an array", "object": "an object", "str": "a string", "bool": "a boolean"}
 
 
 class _Envelope(msgspec.Struct):
@@ -72,7 +69,8 @@ class Rejected(msgspec.Struct, frozen=True):
 
 
 def decode_command(payload: bytes) -> Any:
-    """Decode and validate one frame payload; never raises."""
+    """Decode and validate one frame payload; never raises. A large batch comes back `large`,
+    its items left for the engine to check (protocol/bulk.py)."""
     try:
         command = _decode_command(payload)
     except Exception:  # any bad frame (invalid UTF-8, too deep, ...) is the slow path's job
@@ -143,16 +141,6 @@ def explain_rejection(payload: bytes) -> Rejected:
     except (msgspec.DecodeError, ValueError, RecursionError):
         return Rejected(req_id, "Invalid command format")
     return Rejected(req_id, "Invalid command")
-
-
-def readable_validation_error(text: str) -> str:
-    """Turn msgspec's "Expected `array | null`, got `int` - at `$.jobs`" into "jobs must be..."."""
-    match = _MSGSPEC_TYPE_ERROR.fullmatch(text)
-    if not match:
-        return text
-    kinds = [kind for kind in match["kind"].split(" | ") if kind != "null"]
-    words = " or ".join(_KIND_WORDS.get(kind, kind) for kind in kinds)
-    return f"{match['path']} must be {words}"
 
 
 def append_frame(buffer: bytearray, reply: Any) -> None:

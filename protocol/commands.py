@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from .bulk import SLICED_ITEMS, array_length, given
 from .errors import CommandError
 from .extensions import ext_hook
 from .jobspec import JS_UNDEFINED, NO_DATA, JobFields, check_payload
@@ -91,6 +92,9 @@ class PushItem(JobFields):
 
 
 _decode_item = msgspec.msgpack.Decoder(PushItem, ext_hook=ext_hook).decode
+_decode_item_list = msgspec.msgpack.Decoder(list[PushItem], ext_hook=ext_hook).decode
+_decode_any = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode
+_decode_raw_list = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
 
 
 def decode_items(raw_items: list[msgspec.Raw], first_index: int = 0) -> list[PushItem]:
@@ -109,18 +113,27 @@ def decode_items(raw_items: list[msgspec.Raw], first_index: int = 0) -> list[Pus
 class PushBatch(Command, tag="PUSHB"):
     """Add many jobs to one queue, all or nothing.
 
-    The items are decoded and validated in the same pass as the command (one C-level loop).
-    An error there carries no index, so the slow path decodes the frame again as
-    `PushBatchItems` to word it `jobs[i]: ...`.
+    The item array is read raw; up to SLICED_ITEMS items are then decoded and validated at
+    once (one C-level loop) into `jobs`. An error there carries no index, so the slow path
+    decodes the frame again as `PushBatchItems` to word it `jobs[i]: ...`. A larger batch is
+    `large`: `jobs` stays raw, for the engine to check in slices (protocol/bulk.py).
     """
 
     queue: Any = None
-    jobs: list[PushItem] | None = None
+    jobs: msgspec.Raw = msgspec.Raw()
+    large: bool = False  # set here: what a client sends is overwritten
 
     def __post_init__(self) -> None:
-        self.queue = queue_name(self.queue)
-        if self.jobs is None:
+        # The order of the whole decode: a `jobs` of the wrong type, the queue, no `jobs`.
+        count = array_length(self.jobs)
+        if count is None and given(self.jobs):
             raise CommandError("jobs must be an array")
+        self.queue = queue_name(self.queue)
+        if count is None:
+            raise CommandError("jobs must be an array")
+        self.large = count > SLICED_ITEMS
+        if not self.large:
+            self.jobs = _decode_item_list(self.jobs)  # type: ignore[assignment]
 
 
 class PushBatchItems(msgspec.Struct):
@@ -242,23 +255,41 @@ class Ack(Command, tag="ACK"):
 
 
 class AckBatch(Command, tag="ACKB"):
-    """Complete many active jobs; every token is checked before anything changes."""
+    """Complete many active jobs; every token is checked before anything changes. Its lists
+    are read raw; more than SLICED_ITEMS ids make it `large`: they stay raw, for the engine to
+    check in slices (protocol/bulk.py)."""
 
-    ids: Any = None
-    results: list[msgspec.Raw] | None = None
-    tokens: Any = None
+    ids: msgspec.Raw = msgspec.Raw()
+    results: msgspec.Raw = msgspec.Raw()
+    tokens: msgspec.Raw = msgspec.Raw()
+    large: bool = False  # set here: what a client sends is overwritten
 
     def __post_init__(self) -> None:
-        if not isinstance(self.ids, list) or not all(isinstance(i, str) for i in self.ids):
+        count = array_length(self.ids)
+        if count is None:
             raise CommandError("ids must be an array of strings")
-        if self.results is not None:
-            if len(self.results) != len(self.ids):
+        self.large = count > SLICED_ITEMS
+        if self.large:
+            return
+        ids = self.ids = _decode_any(self.ids)
+        if not all(isinstance(i, str) for i in ids):
+            raise CommandError("ids must be an array of strings")
+        checked = None
+        if given(self.results):
+            try:
+                results = _decode_raw_list(self.results)
+            except msgspec.ValidationError:
+                raise CommandError("results must be an array") from None
+            if len(results) != len(ids):
                 raise CommandError("ACKB results length must match ids length")
-            self.results = [raw_or_none(item, "results[]") for item in self.results]  # type: ignore[misc]
-        if self.tokens is not None:
-            if not isinstance(self.tokens, list) or len(self.tokens) != len(self.ids):
+            checked = [raw_or_none(item, "results[]") for item in results]
+        self.results = checked  # type: ignore[assignment]
+        tokens = _decode_any(self.tokens) if given(self.tokens) else None
+        if tokens is not None:
+            if not isinstance(tokens, list) or len(tokens) != len(ids):
                 raise CommandError("ACKB tokens length must match ids length")
-            self.tokens = [lease_token(token, "tokens[]") for token in self.tokens]
+            tokens = [lease_token(token, "tokens[]") for token in tokens]
+        self.tokens = tokens  # type: ignore[assignment]
 
 
 MAX_STACK_LINES = 100  # a FAIL's stack lines read, before the job's stackTraceLimit applies

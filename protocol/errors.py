@@ -6,6 +6,11 @@ match on message text (there are no error codes in this protocol).
 
 from __future__ import annotations
 
+import re
+
+_MSGSPEC_TYPE_ERROR = re.compile(r"Expected `(?P<kind>[^`]+)`, got `[^`]+` - at `\$\.(?P<path>.+)`")
+_KIND_WORDS = {"array": "an array", "object": "an object", "str": "a string", "bool": "a boolean"}
+
 
 class ProtocolError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -28,3 +33,13 @@ class FrameTooLarge(ProtocolError):
         self.complete = complete or []
         # The bytes from the oversized header on, for a caller that may raise its limit.
         self.rest = rest
+
+
+def readable_validation_error(text: str) -> str:
+    """Turn msgspec's "Expected `array | null`, got `int` - at `$.jobs`" into "jobs must be..."."""
+    match = _MSGSPEC_TYPE_ERROR.fullmatch(text)
+    if not match:
+        return text
+    kinds = [kind for kind in match["kind"].split(" | ") if kind != "null"]
+    words = " or ".join(_KIND_WORDS.get(kind, kind) for kind in kinds)
+    return f"{match['path']} must be {words}"

@@ -6,8 +6,9 @@ from typing import Any
 
 import msgspec
 
+from .bulk import SLICED_ITEMS, array_length, given
 from .commands import Command, PushItem, decode_items
-from .errors import CommandError
+from .errors import CommandError, readable_validation_error
 from .values import queue_name, required_str
 
 MAX_FLOW_JOBS = 10_000
@@ -26,6 +27,9 @@ class FlowNode(msgspec.Struct):
     id: Any = None
     queue: Any = None
     input: msgspec.Raw = msgspec.Raw()
+
+
+_decode_nodes = msgspec.msgpack.Decoder(list[FlowNode]).decode
 
 
 class FlowJob(msgspec.Struct):
@@ -57,19 +61,37 @@ def check_node(index: int, node: FlowNode) -> FlowJob:
 
 
 class PushFlow(Command, tag="PUSHF"):
-    """Commit a fully resolved flow graph atomically (the graph rules live in the engine)."""
+    """Commit a fully resolved flow graph atomically (the graph rules live in the engine).
+    The job array is read raw; more than SLICED_ITEMS jobs make it `large`: it stays raw, for
+    the engine to read and check in slices (protocol/bulk.py)."""
 
-    jobs: list[FlowNode] | None = None
+    jobs: msgspec.Raw = msgspec.Raw()
+    large: bool = False  # set here: what a client sends is overwritten
 
     def __post_init__(self) -> None:
-        if not isinstance(self.jobs, list) or not self.jobs:
+        count = array_length(self.jobs)
+        if count is None and given(self.jobs):
+            raise CommandError("jobs must be an array")
+        if not count:
             raise CommandError("jobs must be a non-empty array")
-        if len(self.jobs) > MAX_FLOW_JOBS:
+        if count > MAX_FLOW_JOBS:
             raise CommandError(f"a flow holds at most {MAX_FLOW_JOBS} jobs")
-        checked = [check_node(index, node) for index, node in enumerate(self.jobs)]
+        self.large = count > SLICED_ITEMS
+        if self.large:
+            return
+        checked = [check_node(index, node) for index, node in enumerate(read_nodes(self.jobs))]
         if sum(len(job.input.data) for job in checked) > MAX_FLOW_BYTES:
             raise CommandError("flow data too large (max 64MB in all)")
         self.jobs = checked  # type: ignore[assignment]
+
+
+def read_nodes(array: msgspec.Raw | bytes) -> list[FlowNode]:
+    """A PUSHF's raw job array, read (not checked), with the whole decode's error texts."""
+    try:
+        return _decode_nodes(array)
+    except msgspec.ValidationError as exc:
+        text = str(exc).replace("`$[", "`$.jobs[")
+        raise CommandError(readable_validation_error(text)) from None
 
 
 class UpdateParent(Command, tag="UpdateParent"):

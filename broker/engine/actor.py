@@ -40,6 +40,8 @@ INBOX_SIZE = 256
 MAX_BATCHES_PER_PASS = 32
 LOAD_SLICE = 10_000
 """Stored rows read at start-up between two checkpoints."""
+BULK_YIELDS = 5
+"""Turns of the scheduler the actor sits out after a pass that ran a large command's slice."""
 COMMIT_RETRY_S = 0.2
 """While the database is unreachable, how often a withheld commit is tried again."""
 LOADING_HOLD_S = 10.0
@@ -57,6 +59,8 @@ class Batch:
     commands: list[Any]
 
 
+ADVANCE = object()
+"""A pass's last item while a large command is in progress: run one slice of it (bulk.py)."""
 QUEUED = (Batch, Delivered)
 """Inbox items `submit` sends: while any is queued, nothing runs inline (it could overtake)."""
 
@@ -131,8 +135,14 @@ class EngineActor:
         self._in_flight: InFlightCommit | None = None
         # Commands of sessions whose clients have not read their replies (`ReplySink.full`),
         # in arrival order, and the sessions that have room for them again (see _run_batch).
-        self._held: dict[ReplySink, list[Any]] = {}
+        self._held_unread: dict[ReplySink, list[Any]] = {}
         self._resumable: list[ReplySink] = []
+        # Large commands in progress (bulk.py): the runner, and its two collections, read on
+        # every pass (never replaced, so held here). `_held_for_bulk`: the items of sessions
+        # waiting for their large command's reply.
+        self._bulks = engine.bulks
+        self._running = engine.bulks.running
+        self._held_for_bulk = engine.bulks.held
 
     async def restore(self) -> None:
         """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
@@ -186,6 +196,7 @@ class EngineActor:
             await trio.lowlevel.checkpoint()
         del jobs
         engine.state.restore_purges([Purge.resumed(r) for r in records if r.kind == PURGE])
+        engine.bulks.restore(records)  # committed large commands go on from where they got
         engine.crons.restore(records, now)
         engine.settings.restore(records, now)
         engine.webhooks.restore(records)
@@ -422,7 +433,7 @@ class EngineActor:
         timers = state.wheel.heap
         # `wheel.next_deadline() < armed or state.housekeeping_due()`, inline (every request).
         earlier = timers and timers[0].at_ms < armed
-        if earlier or state.untidy or state.purges or state.graveyard.lots:
+        if earlier or state.untidy or state.purges or state.graveyard.lots or self._running:
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True
@@ -433,9 +444,9 @@ class EngineActor:
         Work already queued is taken without yielding. Were the actor to yield holding an item
         while it looks idle, a batch submitted meanwhile would run inline ahead of the item, and
         one connection's commands could run out of order.
-        With housekeeping left (housekeeping.py), the actor does not sleep: it lets the other
-        tasks run, then returns with whatever arrived meanwhile, and the pass does one more
-        slice of it.
+        With housekeeping left (housekeeping.py) or a large command in progress (bulk.py), the
+        actor does not sleep: it lets the other tasks run, then returns with whatever arrived
+        meanwhile, and the pass does one more slice of it.
         """
         try:
             items.append(self._receive.receive_nowait())
@@ -444,8 +455,12 @@ class EngineActor:
             pass
         if self._resumable:  # held commands may run again: a pass runs them
             return
-        if self.engine.state.housekeeping_due():
-            await trio.lowlevel.checkpoint()
+        if self.engine.state.housekeeping_due() or self._running:
+            # Between two slices of a large command, the others get several turns of the
+            # scheduler, not one: a new client's connect + Ping takes four or five (accept,
+            # the read hub, its task), and the actor would otherwise run a pass in each.
+            for _ in range(BULK_YIELDS if self._running else 1):
+                await trio.lowlevel.checkpoint()
             with contextlib.suppress(trio.WouldBlock):
                 items.append(self._receive.receive_nowait())
             return
@@ -461,7 +476,12 @@ class EngineActor:
             self._armed_deadline = None
 
     def _execute(self, items: list[Any]) -> None:
-        """One pass: due timers, then every item in order, then what they made ready."""
+        """One pass: due timers, then every item in order, then one slice of a large command
+        in progress (bulk.py) and what its client held back, then what they made ready.
+
+        A session with a large command in progress (`BulkRunner.held`) runs nothing else
+        until its reply: its later items wait there, and so does the rest of a batch whose
+        command started one."""
         engine = self.engine
         state = engine.state
         now = self.clock.now_ms()
@@ -472,22 +492,32 @@ class EngineActor:
         timers = state.wheel.heap
         if state.dirty_queues or state.finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
+        if self._running:  # a slice after the items; what it releases runs in this loop too
+            items = [*items, ADVANCE]
+        for_bulk = self._held_for_bulk
         commands = self._resume_held(now) if self._resumable else 0
         for item in items:
             if isinstance(item, Batch):
                 session, batch = item.session, item.commands
-                if len(batch) == 1 and not (self._held or session.full):
+                if for_bulk and session in for_bulk:
+                    for_bulk[session].append(item)  # after its large command's reply
+                elif len(batch) == 1 and not (self._held_unread or session.full):
                     engine.execute(session, batch[0], now)  # the usual batch: `_run_batch`, inline
                     commands += 1
                 else:
                     commands += self._run_batch(session, batch, now)
             elif isinstance(item, Disconnect):
-                self._held.pop(item.session, None)
+                if for_bulk and item.session in for_bulk:
+                    for_bulk[item.session].append(item)  # after its large command's reply
+                    continue
+                self._held_unread.pop(item.session, None)
                 engine.disconnect(item.session, now)
             elif isinstance(item, Delivered):
                 engine.webhooks.record_delivery(item)
             elif isinstance(item, AnswerParked):
                 engine.answer_parked()
+            elif item is ADVANCE:
+                items += self._bulks.advance(now)  # (a list of this pass's own)
         timers = state.wheel.heap  # `compact` may have replaced the list
         finished = state.finished
         if finished and not engine.lifecycle.job_waiters:
@@ -505,12 +535,14 @@ class EngineActor:
         Once the session is `full` (its client has not read enough of its replies) the rest
         are held back, and so is every later batch of it, in order, until the session says it
         has room (`_resume`): a client that does not read gets at most one reply past its
-        budget, whatever it sent. The actor itself never waits for a client."""
-        held = self._held
+        budget, whatever it sent. The actor itself never waits for a client. A command that
+        starts a large command (bulk.py) holds the rest back until that command's reply."""
+        held = self._held_unread
         if held and session in held:
             held[session].extend(batch)
             return 0
         execute = self.engine.execute
+        for_bulk = self._held_for_bulk
         ran = 0
         for command in batch:
             if session.full:
@@ -519,6 +551,11 @@ class EngineActor:
                 break
             execute(session, command, now)
             ran += 1
+            if for_bulk and session in for_bulk:  # it started a large command
+                rest = batch[ran:]
+                if rest:
+                    for_bulk[session].append(Batch(session, rest))
+                break
         return ran
 
     def _resume(self, session: ReplySink) -> None:
@@ -534,7 +571,7 @@ class EngineActor:
         sessions, self._resumable = self._resumable, []
         ran = 0
         for session in sessions:
-            batch = self._held.pop(session, None)
+            batch = self._held_unread.pop(session, None)
             if batch is not None:
                 ran += self._run_batch(session, batch, now)
         return ran

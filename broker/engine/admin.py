@@ -15,6 +15,8 @@ from typing import Any
 
 from protocol import admin as cmd
 
+from .bulk import BulkRunner
+from .bulk_queues import CLEAN, DRAIN, OBLITERATE, register_sweeps, start_sweep
 from .deadletters import MAX_PAGE
 from .errors import EngineError
 from .info import BrokerInfo
@@ -34,10 +36,14 @@ class QueueAdmin:
     """Drain, Obliterate, ListQueues, Clean, GetJobs, GetCountsPerPriority, GetJobByCustomId,
     RetryCompleted, Stats, Metrics, Prometheus, TrimEvents, StorageStatus."""
 
-    def __init__(self, state: EngineState, pulls: Pulls, info: BrokerInfo) -> None:
+    def __init__(
+        self, state: EngineState, pulls: Pulls, info: BrokerInfo, bulks: BulkRunner
+    ) -> None:
         self.state = state
         self.pulls = pulls
         self.info = info
+        self.bulks = bulks
+        register_sweeps(bulks, pulls)
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -57,8 +63,11 @@ class QueueAdmin:
         routes.add(cmd.StorageStatus, self.storage_status)
         return routes
 
-    def drain(self, session: ReplySink, command: cmd.Drain, now: float) -> Reply:
-        """Drain: remove the jobs that wait to run; active and finished ones stay."""
+    def drain(self, session: ReplySink, command: cmd.Drain, now: float) -> Reply | None:
+        """Drain: remove the jobs that wait to run; active and finished ones stay. Many are
+        removed in slices (bulk_queues.py)."""
+        if start_sweep(self.bulks, self.pulls, session, command, DRAIN, QUEUED_STATES):
+            return None
         removed = self.state.remove_many(self.state.jobs_of(command.queue, QUEUED_STATES))
         reply = {"ok": True, "count": len(removed)}
         self.state.purge_later(removed)
@@ -66,8 +75,11 @@ class QueueAdmin:
             self.state.announce("queue:drained", {"queue": command.queue, "count": len(removed)})
         return reply
 
-    def obliterate(self, session: ReplySink, command: cmd.Obliterate, now: float) -> Reply:
-        """Obliterate: every job of the queue, in any state, and its settings, are gone."""
+    def obliterate(self, session: ReplySink, command: cmd.Obliterate, now: float) -> Reply | None:
+        """Obliterate: every job of the queue, in any state, and its settings, are gone. Many
+        jobs are removed in slices (bulk_queues.py)."""
+        if start_sweep(self.bulks, self.pulls, session, command, OBLITERATE, None):
+            return None
         removed = self.state.remove_many(self.state.jobs_of(command.queue))
         queue = self.state.queues.pop(command.queue, None)
         self.state.telemetry.forget(command.queue)
@@ -87,10 +99,16 @@ class QueueAdmin:
         second, not forgotten yet, is not listed: it answers as a queue that does not exist)."""
         return {"ok": True, "queues": sorted(self.state.live_queues(now))}
 
-    def clean(self, session: ReplySink, command: cmd.Clean, now: float) -> Reply:
-        """Clean: remove jobs older than `grace` ms in the state named (queued by default)."""
+    def clean(self, session: ReplySink, command: cmd.Clean, now: float) -> Reply | None:
+        """Clean: remove jobs older than `grace` ms in the state named (queued by default).
+        Many are removed in slices (bulk_queues.py)."""
         state = command.state
-        if state is None or state in CLEAN_QUEUED:
+        queued = state is None or state in CLEAN_QUEUED
+        states = QUEUED_STATES if queued else frozenset((state,))
+        clean = {"grace": command.grace, "limit": command.limit, "by_completion": not queued}
+        if start_sweep(self.bulks, self.pulls, session, command, CLEAN, states, **clean):
+            return None
+        if queued:
             jobs = self.state.jobs_of(command.queue, QUEUED_STATES)
             old = [job for job in jobs if now - job.created_at >= command.grace]
         else:

@@ -1,6 +1,6 @@
-"""Admission checks shared by PUSH, PUSHB (jobs.py) and PUSHF (flows.py): group room,
-dependency cycles and the reuse of a finished job's custom id. Functions; they only read
-EngineState.
+"""Admission checks shared by PUSH, PUSHB (jobs.py, bulk_jobs.py) and PUSHF (flows.py): group
+room, dependency cycles, repeat schedules and the reuse of a finished job's custom id.
+Functions; they only read EngineState.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 
 from .errors import EngineError, id_still_named
 from .model import WAITING_CHILDREN
+from .schedule import ScheduleError, check_pattern, first_occurrence, zone
 from .state import EngineState
 
 
@@ -33,6 +34,24 @@ def check_group_room(
             prefix = f"jobs[{index}]: " if batch else ""
             raise EngineError(f"{prefix}Group {group} has reached its maximum size of {cap}")
         adding[group] = adding.get(group, 0) + 1
+
+
+def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
+    """A repeat's pattern and zone must be usable, and it must have a future occurrence."""
+    if repeat is None or (repeat.get("pattern") is None and repeat.get("every") is None):
+        return
+    try:
+        zone(repeat.get("tz"))
+    except ScheduleError as exc:
+        raise EngineError(str(exc)) from None
+    pattern = repeat.get("pattern")
+    if pattern is not None:
+        try:
+            check_pattern(pattern, repeat.get("tz"))
+        except ScheduleError:
+            raise EngineError(f"Invalid repeat pattern: {pattern}") from None  # its words
+    if first_occurrence(repeat, now) is None:
+        raise EngineError("repeat has no future occurrence")
 
 
 def find_cycle(edges: Mapping[str, Iterable[str]]) -> list[str] | None:

@@ -22,6 +22,7 @@ from protocol import CommandError
 from protocol import commands as cmd
 
 from .admin import QueueAdmin
+from .bulk import BulkRunner
 from .crons import CRON, CronScheduler
 from .dashboard import Dashboard
 from .deadletters import DeadLetterCommands
@@ -51,19 +52,20 @@ class Engine:
         self.state = state if state is not None else EngineState()
         self.info = BrokerInfo()
         state = self.state
-        self.jobs = JobCommands(state)
+        self.bulks = BulkRunner(state)  # large commands in progress (bulk.py)
+        self.jobs = JobCommands(state, self.bulks)
         self.pulls = Pulls(state)
         self.lifecycle = Lifecycle(state)
-        self.flows = Flows(state)
+        self.flows = Flows(state, self.bulks)
         self.settings = QueueSettings(state)
         self.groups = Groups(state)
-        self.dead_letters = DeadLetterCommands(state)
+        self.dead_letters = DeadLetterCommands(state, self.pulls, self.bulks)
         self.dedup = DedupKeys(state)
         self.crons = CronScheduler(state)
         self.workers = WorkerRegistry()
         self.webhooks = WebhookRegistry()
         self.workers.announce = self.webhooks.announce = state.announce
-        self.admin = QueueAdmin(state, self.pulls, self.info)
+        self.admin = QueueAdmin(state, self.pulls, self.info, self.bulks)
         self.dashboard = Dashboard(state, self.admin, self.jobs, self.workers, self.crons)
         routes = Routes()
         for component in (

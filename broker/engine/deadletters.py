@@ -14,9 +14,12 @@ from typing import Any
 from protocol import admin as cmd
 from protocol import groups as groups_cmd
 
+from .bulk import BulkRunner
+from .bulk_queues import PURGE_DLQ, RETRY_DLQ, start_sweep
 from .deadlines import dlq_reason
 from .dlq import RETRY_KEYS, apply_dlq_config, auto_retry_due, dlq_config
 from .model import FAILED, Job
+from .pulls import Pulls
 from .queues import QueueState
 from .routing import Routes
 from .sink import ReplySink
@@ -36,8 +39,10 @@ def _finished(job: Job) -> tuple[float, str]:
 class DeadLetterCommands:
     """The dead-letter queue's commands (see the module docstring)."""
 
-    def __init__(self, state: EngineState) -> None:
+    def __init__(self, state: EngineState, pulls: Pulls, bulks: BulkRunner) -> None:
         self.state = state
+        self.pulls = pulls  # (only for a bulk's constructor)
+        self.bulks = bulks
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -57,22 +62,29 @@ class DeadLetterCommands:
         failed = heapq.nsmallest(count, self.state.jobs_of(command.queue, (FAILED,)), key=_finished)
         return {"ok": True, "jobs": [job.to_wire_with_state() for job in failed]}
 
-    def retry_dlq(self, session: ReplySink, command: cmd.RetryDlq, now: float) -> Reply:
-        """RetryDlq: failed jobs go back to waiting with a fresh attempt budget."""
+    def retry_dlq(self, session: ReplySink, command: cmd.RetryDlq, now: float) -> Reply | None:
+        """RetryDlq: failed jobs go back to waiting with a fresh attempt budget; many of them
+        in slices (bulk_queues.py)."""
+        if command.jobId is not None:  # one job: looked up, not searched for
+            job = self.state.jobs.get(command.jobId)
+            retried = job is not None and job.queue == command.queue and job.state == FAILED
+            retried = retried and self.state.revive(job, now)  # type: ignore[arg-type]
+            if retried:
+                event = {"queue": command.queue, "count": 1, "jobId": command.jobId}
+                self.state.announce("dlq:retried", event)
+            return {"ok": True, "count": int(retried)}
+        if start_sweep(self.bulks, self.pulls, session, command, RETRY_DLQ, (FAILED,)):
+            return None
         failed = self.state.jobs_of(command.queue, (FAILED,))
-        if command.jobId is not None:
-            failed = [job for job in failed if job.id == command.jobId]
         count = sum(self.state.revive(job, now) for job in failed)
         if count:
-            event: dict[str, Any] = {"queue": command.queue, "count": count}
-            if command.jobId is None:
-                self.state.announce("dlq:retry-all", event)
-            else:
-                self.state.announce("dlq:retried", {**event, "jobId": command.jobId})
+            self.state.announce("dlq:retry-all", {"queue": command.queue, "count": count})
         return {"ok": True, "count": count}
 
-    def purge_dlq(self, session: ReplySink, command: cmd.PurgeDlq, now: float) -> Reply:
-        """PurgeDlq: delete the queue's failed jobs."""
+    def purge_dlq(self, session: ReplySink, command: cmd.PurgeDlq, now: float) -> Reply | None:
+        """PurgeDlq: delete the queue's failed jobs; many of them in slices."""
+        if start_sweep(self.bulks, self.pulls, session, command, PURGE_DLQ, (FAILED,)):
+            return None
         removed = self.state.remove_many(self.state.jobs_of(command.queue, (FAILED,)))
         reply = {"ok": True, "count": len(removed)}
         self.state.purge_later(removed)

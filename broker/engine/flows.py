@@ -13,6 +13,7 @@ the legacy flow edits (MoveToWaitingChildren, RemoveChildDependency, RemoveUnpro
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -21,6 +22,8 @@ from protocol import flows as cmd
 from protocol import groups as groups_cmd
 
 from .admission import check_group_room, check_id_reuse, find_cycle
+from .bulk import BulkRunner
+from .bulk_jobs import FlowBulk
 from .errors import EngineError, self_dependency
 from .leases import active_job
 from .model import ACTIVE, COMPLETED, FAILED, QUEUED_STATES, WAITING_CHILDREN, Job, job_from_push
@@ -34,8 +37,10 @@ Reply = dict[str, Any]
 class Flows:
     """PUSHF, UpdateParent, the children queries and the legacy flow edits."""
 
-    def __init__(self, state: EngineState) -> None:
+    def __init__(self, state: EngineState, bulks: BulkRunner) -> None:
         self.state = state
+        self.bulks = bulks  # a large PUSHF goes there (bulk_jobs.py)
+        bulks.resume[FlowBulk.kind] = partial(FlowBulk.resumed, self)
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -50,8 +55,12 @@ class Flows:
         routes.add(groups_cmd.RemoveUnprocessedChildren, self.remove_unprocessed_children)
         return routes
 
-    def push_flow(self, session: ReplySink, command: cmd.PushFlow, now: float) -> Reply:
-        """PUSHF: the whole graph or nothing; one snapshot per input job, in input order."""
+    def push_flow(self, session: ReplySink, command: cmd.PushFlow, now: float) -> Reply | None:
+        """PUSHF: the whole graph or nothing; one snapshot per input job, in input order. A
+        large one is checked and added in slices, answered once all are (bulk_jobs.py)."""
+        if command.large:
+            self.bulks.start(FlowBulk(self, session, command.reqId, command.jobs))
+            return None
         nodes: list[cmd.FlowJob] = command.jobs  # type: ignore[assignment]
         self._check_graph(nodes)
         by_queue: dict[str, list[Any]] = {}
@@ -75,13 +84,15 @@ class Flows:
             check_id_reuse(self.state, node.id)
             graph[node.id] = node
         for node in nodes:
-            self._check_edges(node, graph)
+            self.check_edges(node, graph)
         cycle = find_cycle({job_id: node.input.dependsOn or () for job_id, node in graph.items()})
         if cycle is not None:
             raise EngineError(f"flow graph has a cycle through {cycle[-1]}")
         return graph
 
-    def _check_edges(self, node: cmd.FlowJob, graph: dict[str, cmd.FlowJob]) -> None:
+    def check_edges(self, node: cmd.FlowJob, graph: dict[str, cmd.FlowJob]) -> None:
+        """The node's dependencies exist (in the graph or the broker) and its parent and
+        children point at each other."""
         fields = node.input
         for dep in fields.dependsOn or ():
             if dep == node.id:

@@ -7,17 +7,17 @@ compacted after the pass: O(size) work paid for by at least size/2 removals, so 
 per removal. Objects whose last reference a bulk removal drops (a million jobs) are parked in
 a graveyard and let go of in slices, so freeing them does not stall a pass either.
 
-A large removal (Drain, Obliterate, Clean, PurgeDlq of more than `PURGE_SLICE` stored jobs)
-is a `Purge`. The jobs leave the live state in the command's own pass (everyone sees them gone
-at once), and that pass commits a tombstone record listing their ids: the commit point. The
-reply goes out after that commit, like any other. The store rows are then deleted
-`PURGE_SLICE` at a time, one slice per later pass, with other connections' commands running in
-between; the last slice deletes the tombstone. All or nothing: a broker killed before the
-tombstone's commit stored none of it (and sent no reply); one killed after finds the tombstone
-at restart, skips the listed rows and finishes deleting them, so no half-drained queue ever
-comes back. Replying at the commit point rather than after the last slice keeps a
-connection's replies in order (a client without reqIds matches them by order) and holds no
-client up for the clean-up.
+A large removal (Drain, Obliterate, Clean, PurgeDlq of many jobs) is now a bulk (bulk.py):
+chosen, recorded and removed in slices. What follows is kept for the tombstones an earlier
+trioq stored, which a restart still finishes, and for any caller removing more than
+`PURGE_SLICE` stored jobs in one pass. Such a removal is a `Purge`. The jobs leave the live
+state in the command's own pass (everyone sees them gone at once), and that pass commits a
+tombstone record listing their ids: the commit point. The reply goes out after that commit,
+like any other. The store rows are then deleted `PURGE_SLICE` at a time, one slice per later
+pass, with other connections' commands running in between; the last slice deletes the
+tombstone. All or nothing: a broker killed before the tombstone's commit stored none of it
+(and sent no reply); one killed after finds the tombstone at restart, skips the listed rows
+and finishes deleting them, so no half-drained queue ever comes back.
 
 Memory freed in bulk (many queues forgotten at once, with the jobs that emptied them) stays
 in the process, scattered under the C heap's top; `trim_heap` hands it back to the system.

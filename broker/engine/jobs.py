@@ -8,6 +8,8 @@ are in admission.py, the settling checks in leases.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -15,7 +17,9 @@ import msgspec
 from protocol import commands as cmd
 
 from . import errors
-from .admission import check_group_room, check_id_reuse, find_cycle
+from .admission import check_group_room, check_id_reuse, check_repeat, find_cycle
+from .bulk import BulkRunner
+from .bulk_jobs import AckBulk, PushBulk
 from .deadlines import settle_failure
 from .errors import EngineError
 from .keys import DEBOUNCE, UNIQUE
@@ -34,29 +38,11 @@ from .model import (
     uuid7s,
 )
 from .routing import Routes
-from .schedule import ScheduleError, check_pattern, first_occurrence, zone
+from .schedule import first_occurrence
 from .sink import ReplySink
 from .state import NOT_STARTED, EngineState
 
 Reply = dict[str, Any]
-
-
-def check_repeat(repeat: dict[str, Any] | None, now: float) -> None:
-    """A repeat's pattern and zone must be usable, and it must have a future occurrence."""
-    if repeat is None or (repeat.get("pattern") is None and repeat.get("every") is None):
-        return
-    try:
-        zone(repeat.get("tz"))
-    except ScheduleError as exc:
-        raise EngineError(str(exc)) from None
-    pattern = repeat.get("pattern")
-    if pattern is not None:
-        try:
-            check_pattern(pattern, repeat.get("tz"))
-        except ScheduleError:
-            raise EngineError(f"Invalid repeat pattern: {pattern}") from None  # its words
-    if first_occurrence(repeat, now) is None:
-        raise EngineError("repeat has no future occurrence")
 
 
 def first_run(repeat: dict[str, Any], run_at: float) -> float:
@@ -76,8 +62,11 @@ class JobCommands:
     """PUSH, PUSHB, ACK, ACKB, FAIL, JobHeartbeat(B), GetJob, GetState, GetResult, GetJobCounts and
     Count, over EngineState."""
 
-    def __init__(self, state: EngineState) -> None:
+    def __init__(self, state: EngineState, bulks: BulkRunner) -> None:
         self.state = state
+        self.bulks = bulks  # large PUSHB and ACKB go there (bulk_jobs.py)
+        bulks.resume[PushBulk.kind] = partial(PushBulk.resumed, self)
+        bulks.resume[AckBulk.kind] = AckBulk.resumed
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -113,15 +102,19 @@ class JobCommands:
         """Check a PUSH's options; returns the id of the job it duplicates, if any."""
         if command.jobId is not None and command.jobId in (command.dependsOn or ()):
             raise errors.self_dependency(command.jobId)
-        self._check_dependencies(command.dependsOn or (), ())
+        self.check_dependencies(command.dependsOn or (), ())
         check_id_reuse(self.state, command.jobId)
         check_repeat(command.repeat, now)
         self._check_replace(command.queue, command, {})
         check_group_room(self.state, command.queue, [command])
         return self._settle_duplicate(command.queue, command, command.jobId, now)
 
-    def push_batch(self, session: ReplySink, command: cmd.PushBatch, now: float) -> Reply:
-        """PUSHB: every item checked first (dependsOn may name customIds of the batch)."""
+    def push_batch(self, session: ReplySink, command: cmd.PushBatch, now: float) -> Reply | None:
+        """PUSHB: every item checked first (dependsOn may name customIds of the batch). A
+        large one is checked and added in slices, answered once all are (bulk_jobs.py)."""
+        if command.large:
+            self.bulks.start(PushBulk(self, session, command.reqId, command.queue, command.jobs))
+            return None
         items: list[Any] = command.jobs  # type: ignore[assignment]
         queue = command.queue
         batch_ids = {item.customId for item in items if item.customId is not None}
@@ -130,7 +123,7 @@ class JobCommands:
             try:
                 if item.customId is not None and item.customId in (item.dependsOn or ()):
                     raise errors.self_dependency(item.customId)
-                self._check_dependencies(item.dependsOn or (), batch_ids)
+                self.check_dependencies(item.dependsOn or (), batch_ids)
                 check_id_reuse(self.state, item.customId)
                 check_repeat(item.repeat, now)
                 self._check_replace(queue, item, earlier_keys, items, items[:index])
@@ -141,9 +134,11 @@ class JobCommands:
         self._check_batch_cycles(items)
         check_group_room(self.state, queue, items, batch=True)
         self.state.admit_queues((queue,))
-        return {"ok": True, "ids": self._add_batch(queue, items, now)}
+        return {"ok": True, "ids": self.add_batch(queue, items, now)}
 
-    def _add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+    def add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+        """Add a checked batch's items in order; returns the id each item stands for (a new
+        job's, or the one it duplicates)."""
         # A dependency on a later item of the batch is simply not completed yet when the earlier
         # job is added, so adding in input order already gives "any order" chains.
         state = self.state
@@ -199,7 +194,7 @@ class JobCommands:
             return state.key_owner(DEBOUNCE, queue, debounce, now)
         return None
 
-    def _check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
+    def check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
         """Every dependency is a job the broker holds, one that completed (even if it was
         removed since), or a job of the same batch."""
         jobs = self.state.jobs
@@ -234,7 +229,6 @@ class JobCommands:
         key = fields.uniqueKey
         if key is None or not (fields.dedup or {}).get("replace"):
             return
-        state = self.state
         if key in earlier_keys:  # replaces an earlier job of the same batch
             custom_id = earlier_keys[key]
             if custom_id is None:  # an item without a customId: no dependsOn can name it
@@ -242,6 +236,15 @@ class JobCommands:
             if any(custom_id in (item.dependsOn or ()) for item in batch):
                 raise errors.replace_blocked(custom_id)
             return
+        named = [fields, *earlier]  # the new job and the batch's items admitted before it
+        self.check_held_replace(
+            queue, key, lambda job_id: any(job_id in (item.dependsOn or ()) for item in named)
+        )
+
+    def check_held_replace(self, queue: str, key: str, named: Callable[[str], bool]) -> None:
+        """dedup `replace` of the job holding `key` now: refused while live jobs wait for it,
+        or the batch's items up to the replacing one name it (`named(id)`)."""
+        state = self.state
         owner = state.key_owner(UNIQUE, queue, key, state.now)
         held = state.jobs.get(owner) if owner is not None else None
         if held is None or held.state not in NOT_STARTED:
@@ -251,8 +254,7 @@ class JobCommands:
             dep_id in jobs and jobs[dep_id].state == WAITING_CHILDREN
             for dep_id in state.dependents.get(held.id, ())
         )
-        named = [fields, *earlier]  # the new job and the batch's items admitted before it
-        if waiting or any(held.id in (item.dependsOn or ()) for item in named):
+        if waiting or named(held.id):
             raise errors.replace_blocked(held.id)
 
     def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
@@ -275,11 +277,16 @@ class JobCommands:
         self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
         return {"ok": True}
 
-    def ack_batch(self, session: ReplySink, command: cmd.AckBatch, now: float) -> Reply:
+    def ack_batch(self, session: ReplySink, command: cmd.AckBatch, now: float) -> Reply | None:
         """ACKB: every job and token checked before any job completes; the jobs no longer
-        active (a late settle, a repeated id) are ignored and reported."""
-        ids: list[str] = command.ids
-        tokens = command.tokens or [None] * len(ids)
+        active (a late settle, a repeated id) are ignored and reported. A large one is
+        checked and settled in slices, answered once all are (bulk_jobs.py)."""
+        if command.large:
+            bulk = AckBulk(session, command.reqId, command.ids, command.results, command.tokens)
+            self.bulks.start(bulk)
+            return None
+        ids: list[str] = command.ids  # type: ignore[assignment]
+        tokens: list[Any] = command.tokens or [None] * len(ids)  # type: ignore[assignment]
         jobs = self.state.jobs
         settling: list[Job | None] = []  # the job at each position, None where ignored
         ignoring = False
@@ -303,7 +310,7 @@ class JobCommands:
                 if job_id in seen:
                     ignoring, settling[index] = True, None
                 seen.add(job_id)
-        results: list[Any] = command.results or [None] * len(ids)
+        results: list[Any] = command.results or [None] * len(ids)  # type: ignore[assignment]
         if not ignoring:
             self.state.complete_many(settling, results, now)  # type: ignore[arg-type]
             return {"ok": True}

@@ -20,6 +20,7 @@ from broker.engine.actor import LOAD_SLICE, Batch, EngineActor
 from broker.engine.core import Engine
 from broker.engine.crons import Cron
 from broker.engine.state import EngineState
+from protocol.bulk import SLICED_ITEMS
 from store import MemoryStore, Record, open_sqlite
 from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
 from tests.engine.test_actor import RecordingSession, command
@@ -422,7 +423,13 @@ async def test_a_long_start_up_lets_other_tasks_run_while_it_reads_the_rows() ->
     first = EngineActor(Engine(), Clock(EPOCH_MS), store)
     jobs = [{"data": n} for n in range(LOAD_SLICE + 1)]
     session = RecordingSession(first.outbox)
-    first.inbox.send_nowait(Batch(session, [command(cmd="PUSHB", queue="q", jobs=jobs)]))
+    # Batches of SLICED_ITEMS, each one pass (a larger one is a bulk: a closed inbox would
+    # stop the actor in its middle, leaving the rest to the restart).
+    pushes = [
+        command(cmd="PUSHB", queue="q", jobs=jobs[n : n + SLICED_ITEMS])
+        for n in range(0, len(jobs), SLICED_ITEMS)
+    ]
+    first.inbox.send_nowait(Batch(session, pushes))
     first.inbox.close()
     await first.run()
     restoring = trio.lowlevel.current_task()
