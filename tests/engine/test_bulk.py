@@ -40,6 +40,7 @@ class Sink:
 
     def __init__(self, actor: EngineActor, name: str, log: list[tuple[str, Any]]) -> None:
         self.closed = False
+        self.full = False  # its client reads every reply (see ReplySink.full)
         self.name = name
         self.log = log
         self.replies: list[dict[str, Any]] = []

@@ -41,6 +41,8 @@ def call(engine: Engine, now: float = EPOCH_MS, **command: Any) -> Any:
     """Run one command on `engine` at `now`; returns its reply."""
     sink = Sink()
     engine.execute(sink, decode_command(msgspec.msgpack.encode(command)), now)
+    while not sink.replies:  # a large command: its slices, as the actor runs them (bulk.py)
+        engine.bulks.advance(now)
     return sink.replies[-1]
 
 
