@@ -57,7 +57,7 @@ def test_the_raw_socket_producer_and_worker(broker_factory: BrokerFactory) -> No
     assert failed["attempts"] == 2
     stack = failed["stacktrace"]  # FAIL's stack: a list of strings, the traceback's lines
     assert stack[0] == "Traceback (most recent call last):"  # stored trimmed, as the reference
-    assert stack[-1] == "ValueError: not an email address: 'nobody'\n"
+    assert stack[-1] == "ValueError: not an email address: 'nobody'"
 
 
 def test_the_python_sdk_example(broker_factory: BrokerFactory) -> None:
