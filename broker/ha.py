@@ -278,7 +278,7 @@ class RoleLoop:
             async with trio.open_nursery() as servers:
                 await servers.start(tcp.serve_handed_over)
                 metrics, dispatcher = app.wire(actor, tcp, self.role_of)
-                http.actor, http.metrics = actor, metrics
+                http.serve_engine(actor, metrics)
                 self.tcp = tcp
                 self.role = ACTIVE
                 self._changed()  # connections waiting in standby are served here now

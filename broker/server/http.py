@@ -157,8 +157,7 @@ class HttpServer:
         # someone listens, so the engine collects no events for nobody.
         self.events = sse.EventRing()
         self.sse_clients = 0
-        metrics.http_transports = lambda: (self.websockets, self.sse_clients)
-        actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0, EVENT_NAMES)
+        self._listen_to(actor, metrics)
         # The MCP server (Streamable HTTP at /mcp), on the engine serving now.
         self.mcp = McpEndpoint(lambda: self.actor)
         # REST commands pass the same front door as TCP frames (triage: a rejected command or
@@ -390,6 +389,18 @@ class HttpServer:
     async def _heap_stats(self) -> Answer:
         return 200, JSON, reply_json({"ok": True, "data": heap_stats()})
 
+
+    def serve_engine(self, actor: EngineActor, metrics: Metrics) -> None:
+        """Answer from another engine from now on (a PostgreSQL standby that took the lease,
+        ha.py): its commands, its metrics, and its events for the SSE clients, which stay
+        connected across the change."""
+        self.actor, self.metrics = actor, metrics
+        self._listen_to(actor, metrics)
+
+    def _listen_to(self, actor: EngineActor, metrics: Metrics) -> None:
+        """Feed the SSE ring from `actor`'s events, and tell `metrics` the HTTP transports."""
+        metrics.http_transports = lambda: (self.websockets, self.sse_clients)
+        actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0, EVENT_NAMES)
     def _collect_garbage(self) -> Answer:
         result = self.collector.collect(trio.current_time())
         if result is None:

@@ -98,3 +98,25 @@ def test_a_normal_start_and_restart_log_at_info_only(
         assert lines[1].startswith(f"INFO broker.ha: active: serving (epoch {epoch}), restored in ")
         assert not [line for line in lines if not line.startswith("INFO ")], lines
         broker.stop()
+
+
+def test_an_sse_client_of_a_standby_hears_the_events_once_it_takes_over(
+    broker_factory: BrokerFactory, postgres_server: PrivateServer, pg_schema: str
+) -> None:
+    where = (postgres_server.url, pg_schema)
+    second_http = free_port()
+    first = broker_factory("--lease-ttl-s", "10", postgres=where)
+    second = broker_factory("--lease-ttl-s", "10", "--http-port", str(second_http), postgres=where)
+    base = f"http://127.0.0.1:{second_http}"
+    with httpx.Client(timeout=10) as http, http.stream("GET", f"{base}/events") as events:
+        lines = events.iter_lines()
+        assert next(lines) == "retry: 3000"
+        first.stop()  # a clean stop releases the lease: the standby takes it at once
+        health = poll_until(
+            lambda: http.get(f"{base}/health").json(), lambda health: health["role"] == "active"
+        )
+        assert health["role"] == "active"
+        with FrameSocket(second.address) as client:
+            pushed = client.call("PUSH", queue="sse", data={"after": "takeover"})
+        heard = next(line for line in lines if line.startswith("data:") and pushed["id"] in line)
+    assert '"queue":"sse"' in heard
