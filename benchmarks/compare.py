@@ -57,6 +57,19 @@ def label(kind: str) -> str:
     return f"trioq {kind}" if kind.startswith(BEFORE) else kind
 
 
+def with_reference(args: argparse.Namespace) -> bool:
+    """Whether the reference runs beside trioq: not with ``--no-reference`` (then only trioq
+    and the ``--baseline`` checkouts run, e.g. two builds of trioq), nor when its scripts are
+    missing; says why not on stderr."""
+    if args.no_reference:
+        log("reference: left out (--no-reference)")
+        return False
+    if not reference_available(args.reference_dir):
+        log(f"reference: not available ({args.reference_dir}/start.sh is missing)")
+        return False
+    return True
+
+
 def load() -> str:
     """The 1, 5 and 15 minute load averages."""
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
@@ -250,9 +263,7 @@ def run_compare(args: argparse.Namespace) -> int:
     results: dict[tuple[str, str], Results] = defaultdict(lambda: defaultdict(list))
     notes: dict[str, list[str]] = defaultdict(list)
     null: Results = defaultdict(list)
-    have_reference = reference_available(args.reference_dir)
-    if not have_reference:
-        log(f"reference: not available ({args.reference_dir}/start.sh is missing)")
+    have_reference = with_reference(args)
     postgres = SharedPostgres()
     before = load()
     # A plain SIGTERM would end the run without stopping the servers and the PostgreSQL it

@@ -671,6 +671,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="where the reference's start.sh and stop.sh are (default %(default)s)",
     )
     parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="only trioq and the --baseline checkouts (e.g. two builds of trioq)",
+    )
+    parser.add_argument(
         "--reference-pg-jobs",
         type=int,
         default=1_000,

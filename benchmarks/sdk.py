@@ -60,6 +60,7 @@ from .compare import (
     ratio,
     start,
     table,
+    with_reference,
 )
 from .servers import (
     REFERENCE_DIR,
@@ -68,7 +69,6 @@ from .servers import (
     ServerStartError,
     SharedPostgres,
     find_listening_pid,
-    reference_available,
 )
 
 TS_DIR = REPO_ROOT / "tests" / "interop" / "ts"
@@ -508,9 +508,7 @@ def run_server(
 
 def run_compare(args: argparse.Namespace) -> int:
     """Interleave the servers ``args.repeat`` times; print one table."""
-    have_reference = reference_available(args.reference_dir)
-    if not have_reference:
-        log(f"reference: not available ({args.reference_dir}/start.sh is missing)")
+    have_reference = with_reference(args)
     results: dict[tuple[str, str], dict[str, list[SdkRun]]] = defaultdict(lambda: defaultdict(list))
     notes: list[str] = []
     postgres = SharedPostgres()
@@ -575,6 +573,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--modes", default="memory,sqlite")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--reference-dir", type=Path, default=REFERENCE_DIR)
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="only trioq and the --baseline checkouts (e.g. two builds of trioq)",
+    )
     parser.add_argument(
         "--reference-pg-jobs",
         type=int,

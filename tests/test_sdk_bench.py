@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import phase_instructions, stacks
+from benchmarks import loadgen, phase_instructions, stacks
+from benchmarks.compare import kinds_for, with_reference
 from benchmarks.sdk import (
     SDK_ROWS,
     ClientProcess,
@@ -171,6 +172,22 @@ def test_the_command_line_picks_rows_in_the_order_given_and_rejects_unknown_ones
     assert args.modes == ["memory", "postgres"] and args.jobs == 10_000 and args.repeat == 3
     with pytest.raises(SystemExit):
         parse_args(["--rows", "add,nope"])
+
+
+def test_no_reference_leaves_two_trioq_builds_to_compare(tmp_path: Path) -> None:
+    scripts = tmp_path / "reference"
+    scripts.mkdir()
+    (scripts / "start.sh").touch()
+    (scripts / "stop.sh").touch()
+    (tmp_path / "compiled" / "broker").mkdir(parents=True)  # another build of trioq
+    build = ["--reference-dir", str(scripts), "--baseline", str(tmp_path / "compiled")]
+    for parse in (parse_args, lambda argv: loadgen.parse_args(["--compare", *argv])):
+        assert with_reference(parse(build))
+        args = parse([*build, "--no-reference"])
+        assert not with_reference(args)
+        assert kinds_for("memory", 1, args, with_reference(args)) == ["before", "trioq"]
+    missing = parse_args(["--reference-dir", str(tmp_path / "nowhere")])
+    assert not with_reference(missing)
 
 
 def test_stack_summaries_split_self_and_total_time_and_name_the_callers() -> None:
