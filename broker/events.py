@@ -96,8 +96,10 @@ def event_message(kind: str, job: Any, extra: dict[str, Any], now_ms: float) -> 
     any other event is named in full (`kind` "queue:paused", no job) and `extra` is its data."""
     if job is None:
         return {"event": kind, "ts": now_ms, "data": extra}
-    data: dict[str, Any] = {"queue": job.queue, "jobId": job.id, **extra}
-    return {"event": f"job:{kind}", "ts": now_ms, "data": data}
+    data: dict[str, Any] = {"queue": job.queue, "jobId": job.id}
+    if extra:
+        data.update(extra)
+    return {"event": JOB_EVENT_NAMES.get(kind) or f"job:{kind}", "ts": now_ms, "data": data}
 
 
 def event_name(kind: str, job: Any) -> str:
@@ -147,6 +149,7 @@ class Subscriber:
         self.names = names_matching(self.patterns)
         self.queue = queue
         self.dropped: str | None = None
+        self.pending: list[Any] = []  # its events of the publish under way (EventBus)
 
     def wants(self, message: dict[str, Any]) -> bool:
         """Whether the message matches this subscription's names and queue (an event that
@@ -349,7 +352,7 @@ class EventBus:
         touched = None
         if "queue:counts" in by_name or any("queue:counts" in names for _, names in listeners):
             touched = self.on_queue_touched
-        batches: dict[Subscriber, list[Any]] = {}
+        takers: list[Subscriber] = []
         for kind, job, extra in events:
             if job is None:
                 name, queue = kind, extra.get("queue")
@@ -363,21 +366,21 @@ class EventBus:
                 for subscriber in subscribers:
                     if subscriber.queue is None or queue is None or subscriber.queue == queue:
                         message = event_message(kind, job, extra, now_ms)
-                        _add_to_batches(batches, subscribers, queue, message)
+                        _add_to_pending(takers, subscribers, queue, message)
                         break
             for listener, names in listeners:
                 if name in names:
                     if message is None:
                         message = event_message(kind, job, extra, now_ms)
                     listener(message)
-        self._hand_over(batches)
+        self._hand_over(takers)
 
     def publish(self, messages: Iterable[dict[str, Any]]) -> None:
         """Deliver committed events; never blocks (a subscriber that cannot take them is
         dropped)."""
         listeners = self._active_listeners()
         by_name = self._by_name
-        batches: dict[Subscriber, list[Any]] = {}
+        takers: list[Subscriber] = []
         for message in messages:
             name = message["event"]
             for listener, names in listeners:
@@ -387,27 +390,26 @@ class EventBus:
             if subscribers is not None:
                 data = message["data"]
                 queue = data.get("queue") if isinstance(data, dict) else None
-                _add_to_batches(batches, subscribers, queue, message)
-        self._hand_over(batches)
+                _add_to_pending(takers, subscribers, queue, message)
+        self._hand_over(takers)
 
-    def _hand_over(self, batches: dict[Subscriber, list[Any]]) -> None:
+    def _hand_over(self, takers: list[Subscriber]) -> None:
         """Give each subscriber its events of this publish; drop those that cannot take them."""
-        for subscriber, batch in batches.items():
+        for subscriber in takers:
+            batch, subscriber.pending = subscriber.pending, []
             reason = subscriber.take(batch)
             if reason is not None:
                 subscriber.dropped = reason
                 self.unsubscribe(subscriber)
 
 
-def _add_to_batches(
-    batches: dict[Subscriber, list[Any]],
-    subscribers: list[Subscriber],
-    queue: str | None,
-    message: dict[str, Any],
+def _add_to_pending(
+    takers: list[Subscriber], subscribers: list[Subscriber], queue: str | None, message: Any
 ) -> None:
-    """Add `message` to the batch of each of its name's subscribers that takes `queue` (an
-    event of no queue reaches all of them), encoded once per encoder (subscribers sharing an
-    encoder are listed together, see `EventBus._count`)."""
+    """Add `message` to the pending events of each of its name's subscribers that takes
+    `queue` (an event of no queue reaches all of them), listing in `takers` each subscriber
+    that had none yet; encoded once per encoder (subscribers sharing an encoder are listed
+    together, see `EventBus._count`)."""
     last_encode: Any = None
     last_item: Any = None
     for subscriber in subscribers:
@@ -416,14 +418,13 @@ def _add_to_batches(
             continue
         encode = subscriber.encode
         if encode is None:
-            item: Any = message
+            item = message
         elif encode is last_encode:
             item = last_item
         else:
             item = last_item = encode(message)
             last_encode = encode
-        batch = batches.get(subscriber)
-        if batch is None:
-            batches[subscriber] = [item]
-        else:
-            batch.append(item)
+        pending = subscriber.pending
+        if not pending:
+            takers.append(subscriber)
+        pending.append(item)
