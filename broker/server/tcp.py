@@ -268,12 +268,13 @@ class Connection:
     def _send_events(self, frames: list[bytes]) -> str | None:
         """Send one publish's event frames for this subscriber (the bus calls this in the
         actor's task, once per committed pass: one write for all of them). A subscriber more
-        than SUBSCRIBER_BUFFER events behind, or whose connection holds more bytes unread than
-        its budget, is disconnected, so that its client reconnects and subscribes again rather
-        than silently missing events; returns why, or None."""
+        than SUBSCRIBER_BUFFER events behind (more than one event being sent and that many
+        after it, as a forwarding task and its channel held), or whose connection holds more
+        bytes unread than its budget, is disconnected, so that its client reconnects and
+        subscribes again rather than silently missing events; returns why, or None."""
         reason = None
-        if len(frames) > SUBSCRIBER_BUFFER:
-            frames, reason = frames[:SUBSCRIBER_BUFFER], DROPPED_SLOW
+        if len(frames) > SUBSCRIBER_BUFFER + 1:
+            frames, reason = frames[: SUBSCRIBER_BUFFER + 1], DROPPED_SLOW
         if self.session.send_events(frames) < len(frames):
             reason = NOT_READING_EVENTS
         if reason is not None:
