@@ -16,10 +16,13 @@ behind is dropped with a reason instead of slowing the engine or growing memory.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
+
+log = logging.getLogger(__name__)
 
 # Every event name a subscription may name: the reference's catalogue, by family.
 CATALOGUE: dict[str, tuple[str, ...]] = {
@@ -69,6 +72,7 @@ TCP_DEFAULT_PATTERNS = [
 
 SUBSCRIBER_BUFFER = 1000
 DROPPED_SLOW = "subscriber too slow: its event buffer filled up"
+DROPPED_FAILED = "its events could not be delivered (a bug, logged)"
 
 
 def invalid_patterns(patterns: Iterable[str]) -> list[str]:
@@ -150,6 +154,7 @@ class Subscriber:
         self.queue = queue
         self.dropped: str | None = None
         self.pending: list[Any] = []  # its events of the publish under way (EventBus)
+        self.failed = False  # whether one of them could not be encoded (a bug)
 
     def wants(self, message: dict[str, Any]) -> bool:
         """Whether the message matches this subscription's names and queue (an event that
@@ -168,6 +173,9 @@ class Subscriber:
 
     def close(self) -> None:
         """The subscription has ended: nothing more will be taken."""
+
+    def on_dropped(self) -> None:
+        """The bus dropped this subscriber (`dropped` says why) and unsubscribed it."""
 
 
 class Subscription(Subscriber):
@@ -197,7 +205,9 @@ class DirectSubscription(Subscriber):
     """A subscriber handed each publish's events in one call, in the publishing task (no task
     hop per event): `deliver(items)`, each item `encode(message)`. Every subscriber with the
     same `encode` shares one encoding of a message. `deliver` must not block; it returns why
-    the subscriber must be dropped (it is then unsubscribed), or None."""
+    the subscriber must be dropped, or None. Once the bus has dropped it (for that reason, or
+    because delivering failed) and unsubscribed it, it calls `on_dropped()`: the transport
+    then tells its client and disconnects it."""
 
     def __init__(
         self,
@@ -205,10 +215,12 @@ class DirectSubscription(Subscriber):
         queue: str | None,
         encode: Callable[[dict[str, Any]], Any],
         deliver: Callable[[list[Any]], str | None],
+        on_dropped: Callable[[], None],
     ) -> None:
         super().__init__(patterns, queue)
         self.encode = encode
         self.deliver = deliver
+        self.on_dropped = on_dropped
 
     def take(self, items: list[Any]) -> str | None:
         """Hand the encoded events over."""
@@ -276,9 +288,10 @@ class EventBus:
         queue: str | None,
         encode: Callable[[dict[str, Any]], Any],
         deliver: Callable[[list[Any]], str | None],
+        on_dropped: Callable[[], None],
     ) -> DirectSubscription:
         """Start a subscription handed each publish's events at once (see DirectSubscription)."""
-        subscription = DirectSubscription(patterns, queue, encode, deliver)
+        subscription = DirectSubscription(patterns, queue, encode, deliver, on_dropped)
         self._add(subscription)
         return subscription
 
@@ -397,10 +410,18 @@ class EventBus:
         """Give each subscriber its events of this publish; drop those that cannot take them."""
         for subscriber in takers:
             batch, subscriber.pending = subscriber.pending, []
-            reason = subscriber.take(batch)
+            try:
+                reason = DROPPED_FAILED if subscriber.failed else subscriber.take(batch)
+            except Exception:  # a bug in a transport costs its subscriber, never the engine
+                log.exception("an event subscriber failed; it is dropped")
+                reason = DROPPED_FAILED
             if reason is not None:
                 subscriber.dropped = reason
                 self.unsubscribe(subscriber)
+                subscriber.on_dropped()
+
+
+_UNENCODABLE = object()  # what an encoder that raised made of a message
 
 
 def _add_to_pending(
@@ -422,8 +443,14 @@ def _add_to_pending(
         elif encode is last_encode:
             item = last_item
         else:
-            item = last_item = encode(message)
             last_encode = encode
+            try:
+                item = last_item = encode(message)
+            except Exception:  # a bug: it costs the subscribers of this encoder, not the engine
+                log.exception("event %s could not be encoded", message.get("event"))
+                item = last_item = _UNENCODABLE
+        if item is _UNENCODABLE:
+            subscriber.failed = True
         pending = subscriber.pending
         if not pending:
             takers.append(subscriber)

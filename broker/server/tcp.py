@@ -257,7 +257,7 @@ class Connection:
         if isinstance(command, cmd.SubscribeEvents) and self._nursery is not None:
             patterns = command.events or TCP_DEFAULT_PATTERNS
             self.events = self.actor.bus.subscribe_direct(
-                patterns, command.queue, event_frame, self._send_events
+                patterns, command.queue, event_frame, self._send_events, self._events_dropped
             )
 
     def _end_events(self) -> None:
@@ -270,18 +270,21 @@ class Connection:
         actor's task, once per committed pass: one write for all of them). A subscriber more
         than SUBSCRIBER_BUFFER events behind (more than one event being sent and that many
         after it, as a forwarding task and its channel held), or whose connection holds more
-        bytes unread than its budget, is disconnected, so that its client reconnects and
-        subscribes again rather than silently missing events; returns why, or None."""
+        bytes unread than its budget, is to be dropped: returns why, or None."""
         reason = None
         if len(frames) > SUBSCRIBER_BUFFER + 1:
             frames, reason = frames[: SUBSCRIBER_BUFFER + 1], DROPPED_SLOW
         if self.session.send_events(frames) < len(frames):
             reason = NOT_READING_EVENTS
-        if reason is not None:
-            log.info("event subscriber dropped: %s", reason)
-            if self._nursery is not None:
-                self._nursery.cancel_scope.cancel()
         return reason
+
+    def _events_dropped(self) -> None:
+        """The bus dropped this subscriber: disconnect it, so that its client reconnects and
+        subscribes again rather than silently missing events."""
+        if self.events is not None:
+            log.info("event subscriber dropped: %s", self.events.dropped)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     async def _write_loop(self) -> None:
         session = self.session

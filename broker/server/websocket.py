@@ -191,7 +191,7 @@ class WebSocketClient:
             return {"ok": True, "subscribed": []}
         if self.subscription is None:
             self.subscription = self.actor.bus.subscribe_direct(
-                patterns, queue, reply_json, self._send_events
+                patterns, queue, reply_json, self._send_events, self._events_dropped
             )
             self.events_scope = trio.CancelScope()
             self.events_dropped = trio.Event()
@@ -211,15 +211,17 @@ class WebSocketClient:
     def _send_events(self, messages: list[bytes]) -> str | None:
         """Queue one publish's events for the writer (the bus calls this in the actor's task,
         once per committed pass). A subscriber that falls behind (SUBSCRIBER_BUFFER events
-        queued, or its connection `full`) is dropped: nothing queued goes out after the notice
-        that tells it why, and the socket closes, so it reconnects rather than silently
-        missing events. Returns why, or None."""
-        session = self.session
-        if session.send_events(messages, SUBSCRIBER_BUFFER) == len(messages):
+        queued, or its connection `full`) is to be dropped: returns why, or None."""
+        if self.session.send_events(messages, SUBSCRIBER_BUFFER) == len(messages):
             return None
-        session.close()
-        self.events_dropped.set()
         return DROPPED_SLOW
+
+    def _events_dropped(self) -> None:
+        """The bus dropped this subscriber: nothing queued goes out after the notice that
+        tells the client why, and the socket closes, so it reconnects rather than silently
+        missing events."""
+        self.session.close()
+        self.events_dropped.set()
 
     async def _close_when_dropped(
         self, subscription: DirectSubscription, scope: trio.CancelScope

@@ -18,7 +18,7 @@ import broker.server.sse
 import broker.server.tcp
 import broker.server.websocket
 from broker.app import App
-from broker.events import EVENT_NAMES, SUBSCRIBER_BUFFER
+from broker.events import DROPPED_FAILED, EVENT_NAMES, SUBSCRIBER_BUFFER
 from broker.server.frontdoor import InFlight
 from broker.server.session import Session
 from broker.server.unsent import UnsentBytes
@@ -238,3 +238,44 @@ def test_the_catalogue_has_a_tcp_event_type_for_every_name() -> None:
     assert set(broker.events.TCP_EVENT_TYPES) == EVENT_NAMES
     assert broker.events.TCP_EVENT_TYPES["job:active"] == "pulled"
     assert broker.events.TCP_EVENT_TYPES["worker:connected"] == "worker:connected"
+
+
+async def test_a_subscriber_whose_events_fail_is_dropped_and_the_engine_serves_on(
+    app: App, client: FrameClient, connect: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert app.actor is not None
+    bus = app.actor.bus
+    dropped: list[str | None] = []
+
+    def broken(message: dict[str, Any]) -> bytes:
+        raise ValueError("a bug")
+
+    failing = bus.subscribe_direct(
+        ["job:pushed"], None, broken, lambda items: None, lambda: dropped.append(failing.dropped)
+    )
+    tcp = await connect()
+    assert (await tcp.call("SubscribeEvents", events=["job:pushed"]))["ok"] is True
+    sound = bus.subscribe(["job:pushed"])
+    job_id = (await client.call("PUSH", queue="q", data=1))["id"]
+    assert dropped == [DROPPED_FAILED]
+    assert "could not be encoded" in caplog.text
+    assert sound.receive.receive_nowait()["data"]["jobId"] == job_id
+    assert (await tcp.receive())["event"]["jobId"] == job_id
+    assert failing not in bus.subscriptions
+    assert (await client.call("PUSH", queue="q", data=2))["ok"] is True
+
+
+async def test_a_tcp_subscriber_whose_delivery_fails_is_disconnected(
+    app: App, client: FrameClient, connect: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    subscriber = await connect()
+    assert (await subscriber.call("SubscribeEvents", events=["job:pushed"]))["ok"] is True
+
+    def broken(self: Session, frames: list[bytes]) -> int:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Session, "send_events", broken)
+    assert (await client.call("PUSH", queue="q", data=1))["ok"] is True
+    with pytest.raises(EOFError):
+        await subscriber.receive()
+    assert (await client.call("PUSH", queue="q", data=2))["ok"] is True
