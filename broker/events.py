@@ -8,10 +8,14 @@ what changed (`queue:paused` `{queue}`, `worker:connected` `{workerId, name, ...
 
 The engine collects the events of a pass (only while someone listens) and the actor hands them
 here once the pass is committed, so nobody hears of a change that is not stored. A message is
-built only when some subscriber or listener wants its name, and each subscriber only gets the
-names its patterns match (for a subscriber that names a queue, only that queue's events and
-those of no queue). Each subscriber has a bounded buffer; a subscriber that falls that far
-behind is dropped with a reason instead of slowing the engine or growing memory.
+built only when an active listener wants its name or a subscriber takes it (its name, then its
+queue: a subscriber that names a queue gets only that queue's events and those of no queue).
+A publish is one fan-out: each listener is asked once whether it is active, each subscriber is
+handed its share of the pass in one call, in order, and each message is encoded once for all
+the subscribers of one transport (`DirectSubscription`: TCP and WebSocket, sent from the
+publishing task, with no task hop per event; `Subscription`: a bounded channel). A subscriber
+that falls too far behind is dropped with a reason instead of slowing the engine or growing
+memory; so is one whose events cannot be encoded or delivered (a bug), never the engine.
 """
 
 from __future__ import annotations
