@@ -224,11 +224,15 @@ class DirectSubscription(Subscriber):
         super().__init__(patterns, queue)
         self.encode = encode
         self.deliver = deliver
-        self.on_dropped = on_dropped
+        self._on_dropped = on_dropped
 
     def take(self, items: list[Any]) -> str | None:
         """Hand the encoded events over."""
         return self.deliver(items)
+
+    def on_dropped(self) -> None:
+        """Tell the transport."""
+        self._on_dropped()
 
 
 Listener = Callable[[dict[str, Any]], None]
