@@ -110,11 +110,6 @@ def event_message(kind: str, job: Any, extra: dict[str, Any], now_ms: float) -> 
     return {"event": JOB_EVENT_NAMES.get(kind) or f"job:{kind}", "ts": now_ms, "data": data}
 
 
-def event_name(kind: str, job: Any) -> str:
-    """The full name of an event the engine recorded (see `event_message`)."""
-    return kind if job is None else f"job:{kind}"
-
-
 # The reference's JobEvent type names (what its TCP subscribers and QueueEvents read), where
 # the event's own name is not `job:<type>`.
 REFERENCE_EVENT_TYPES = {
