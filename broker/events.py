@@ -8,19 +8,25 @@ what changed (`queue:paused` `{queue}`, `worker:connected` `{workerId, name, ...
 
 The engine collects the events of a pass (only while someone listens) and the actor hands them
 here once the pass is committed, so nobody hears of a change that is not stored. A message is
-built only when some subscriber or listener wants its name, and each subscriber only gets the
-names its patterns match (for a subscriber that names a queue, only that queue's events and
-those of no queue). Each subscriber has a bounded buffer; a subscriber that falls that far
-behind is dropped with a reason instead of slowing the engine or growing memory.
+built only when an active listener wants its name or a subscriber takes it (its name, then its
+queue: a subscriber that names a queue gets only that queue's events and those of no queue).
+A publish is one fan-out: each listener is asked once whether it is active, each subscriber is
+handed its share of the pass in one call, in order, and each message is encoded once for all
+the subscribers of one transport (`DirectSubscription`: TCP and WebSocket, sent from the
+publishing task, with no task hop per event; `Subscription`: a bounded channel). A subscriber
+that falls too far behind is dropped with a reason instead of slowing the engine or growing
+memory; so is one whose events cannot be encoded or delivered (a bug), never the engine.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
+
+log = logging.getLogger(__name__)
 
 # Every event name a subscription may name: the reference's catalogue, by family.
 CATALOGUE: dict[str, tuple[str, ...]] = {
@@ -57,6 +63,7 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
 EVENT_NAMES = frozenset(f"{family}:{name}" for family, names in CATALOGUE.items() for name in names)
 VALID_PATTERNS = EVENT_NAMES | {"*"} | {f"{family}:*" for family in CATALOGUE}
 JOB_EVENTS = frozenset(name for name in EVENT_NAMES if name.startswith("job:"))
+JOB_EVENT_NAMES = {kind: f"job:{kind}" for kind in CATALOGUE["job"]}  # "active": "job:active"
 # What the broker publishes by itself, on a timer (broadcasts.py), not from the engine.
 PERIODIC_EVENTS = frozenset({"health:status", "stats:snapshot"})
 
@@ -69,6 +76,7 @@ TCP_DEFAULT_PATTERNS = [
 
 SUBSCRIBER_BUFFER = 1000
 DROPPED_SLOW = "subscriber too slow: its event buffer filled up"
+DROPPED_FAILED = "its events could not be delivered (a bug, logged)"
 
 
 def invalid_patterns(patterns: Iterable[str]) -> list[str]:
@@ -96,13 +104,10 @@ def event_message(kind: str, job: Any, extra: dict[str, Any], now_ms: float) -> 
     any other event is named in full (`kind` "queue:paused", no job) and `extra` is its data."""
     if job is None:
         return {"event": kind, "ts": now_ms, "data": extra}
-    data: dict[str, Any] = {"queue": job.queue, "jobId": job.id, **extra}
-    return {"event": f"job:{kind}", "ts": now_ms, "data": data}
-
-
-def event_name(kind: str, job: Any) -> str:
-    """The full name of an event the engine recorded (see `event_message`)."""
-    return kind if job is None else f"job:{kind}"
+    data: dict[str, Any] = {"queue": job.queue, "jobId": job.id}
+    if extra:
+        data.update(extra)
+    return {"event": JOB_EVENT_NAMES.get(kind) or f"job:{kind}", "ts": now_ms, "data": data}
 
 
 # The reference's JobEvent type names (what its TCP subscribers and QueueEvents read), where
@@ -112,32 +117,43 @@ REFERENCE_EVENT_TYPES = {
 }  # fmt: skip
 
 
+# Each event's `eventType` on TCP, worked out once for the whole catalogue.
+TCP_EVENT_TYPES = {
+    name: REFERENCE_EVENT_TYPES.get(name, name[4:] if name.startswith("job:") else name)
+    for name in EVENT_NAMES
+}
+_NO_JOB_ID = frozenset({"queue:paused", "queue:resumed"})  # sent with `jobId: ""`
+
+
 def tcp_event_frame(message: dict[str, Any]) -> dict[str, Any]:
     """A bus message as the reference pushes it to a TCP subscriber (`SubscribeEvents`):
     `{type: "event", event: {eventType, queue, jobId, timestamp, ...}}`. A job event's type is
     the reference's (`pulled`, `completed`...), as are `paused` and `resumed` (with `jobId: ""`,
     as the reference sends them); other events keep their full name (`worker:connected`)."""
     name = message["event"]
-    event_type = REFERENCE_EVENT_TYPES.get(name)
-    if event_type is None:
-        event_type = name[4:] if name.startswith("job:") else name
-    event = dict(message["data"])
-    if event_type in ("paused", "resumed"):
-        event.setdefault("jobId", "")
-    event["eventType"] = event_type
-    event["timestamp"] = float(message["ts"])
+    data = message["data"]
+    if name in _NO_JOB_ID and "jobId" not in data:
+        data = {**data, "jobId": ""}
+    event_type = TCP_EVENT_TYPES.get(name, name)
+    event = {**data, "eventType": event_type, "timestamp": float(message["ts"])}
     return {"type": "event", "event": event}
 
 
-class Subscription:
-    """One subscriber: which events it wants, its bounded buffer, and why it was dropped."""
+class Subscriber:
+    """One subscriber: which events it wants (names, and a queue or every queue) and why it
+    was dropped. The bus hands it each publish's events for it at once (`take`)."""
+
+    encode: Callable[[dict[str, Any]], Any] | None = None
+    """How this subscriber wants each message, computed once per message for every subscriber
+    sharing the same `encode` (None: the message itself)."""
 
     def __init__(self, patterns: list[str], queue: str | None) -> None:
         self.patterns = list(dict.fromkeys(patterns))  # as given, repeats dropped
         self.names = names_matching(self.patterns)
         self.queue = queue
-        self.send, self.receive = trio.open_memory_channel[dict[str, Any]](SUBSCRIBER_BUFFER)
         self.dropped: str | None = None
+        self.pending: list[Any] = []  # its events of the publish under way (EventBus)
+        self.failed = False  # whether one of them could not be encoded (a bug)
 
     def wants(self, message: dict[str, Any]) -> bool:
         """Whether the message matches this subscription's names and queue (an event that
@@ -149,18 +165,84 @@ class Subscription:
         queue = message["data"].get("queue") if isinstance(message["data"], dict) else None
         return queue is None or queue == self.queue
 
+    def take(self, items: list[Any]) -> str | None:
+        """One publish's events for this subscriber, in order (each what `encode` made of its
+        message); never blocks. Returns why the subscriber must be dropped, or None."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """The subscription has ended: nothing more will be taken."""
+
+    def on_dropped(self) -> None:
+        """The bus dropped this subscriber (`dropped` says why) and unsubscribed it."""
+
+
+class Subscription(Subscriber):
+    """A subscriber reading messages from a bounded channel (`receive`): one that falls
+    SUBSCRIBER_BUFFER messages behind is dropped."""
+
+    def __init__(self, patterns: list[str], queue: str | None) -> None:
+        super().__init__(patterns, queue)
+        self.send, self.receive = trio.open_memory_channel[dict[str, Any]](SUBSCRIBER_BUFFER)
+
+    def take(self, items: list[Any]) -> str | None:
+        """Put the messages in the channel; a full one drops the subscriber."""
+        send = self.send.send_nowait
+        for message in items:
+            try:
+                send(message)
+            except trio.WouldBlock:
+                return DROPPED_SLOW
+        return None
+
+    def close(self) -> None:
+        """End the channel (the reader still gets what it holds)."""
+        self.send.close()
+
+
+class DirectSubscription(Subscriber):
+    """A subscriber handed each publish's events in one call, in the publishing task (no task
+    hop per event): `deliver(items)`, each item `encode(message)`. Every subscriber with the
+    same `encode` shares one encoding of a message. `deliver` must not block; it returns why
+    the subscriber must be dropped, or None. Once the bus has dropped it (for that reason, or
+    because delivering failed) and unsubscribed it, it calls `on_dropped()`: the transport
+    then tells its client and disconnects it."""
+
+    def __init__(
+        self,
+        patterns: list[str],
+        queue: str | None,
+        encode: Callable[[dict[str, Any]], Any],
+        deliver: Callable[[list[Any]], str | None],
+        on_dropped: Callable[[], None],
+    ) -> None:
+        super().__init__(patterns, queue)
+        self.encode = encode
+        self.deliver = deliver
+        self._on_dropped = on_dropped
+
+    def take(self, items: list[Any]) -> str | None:
+        """Hand the encoded events over."""
+        return self.deliver(items)
+
+    def on_dropped(self) -> None:
+        """Tell the transport."""
+        self._on_dropped()
+
+
+Listener = Callable[[dict[str, Any]], None]
+
 
 class EventBus:
     """Fans events out to subscriptions and to other listeners (webhooks, the SSE ring)."""
 
     def __init__(self) -> None:
-        self.subscriptions: set[Subscription] = set()
-        self.listeners: list[
-            tuple[Callable[[dict[str, Any]], None], Callable[[], bool], frozenset[str]]
-        ] = []
+        self.subscriptions: set[Subscriber] = set()
+        self.listeners: list[tuple[Listener, Callable[[], bool], frozenset[str]]] = []
         self.on_change: Callable[[bool], None] = lambda listening: None
-        # How many subscriptions want each name, and how many want any the engine records.
-        self._wanted: Counter[str] = Counter()
+        # The subscriptions that want each name (only names some subscription wants are keys),
+        # and how many subscriptions want any the engine records.
+        self._by_name: dict[str, list[Subscriber]] = {}
         self._engine_subscribers = 0
         # Called with each job event's queue while someone wants `queue:counts` (broadcasts).
         self.on_queue_touched: Callable[[str], None] | None = None
@@ -179,7 +261,7 @@ class EventBus:
 
     def wants(self, name: str) -> bool:
         """Whether some subscriber or active listener would receive an event of this name."""
-        if self._wanted[name]:
+        if name in self._by_name:
             return True
         for _, active, names in self.listeners:  # noqa: SIM110
             if name in names and active():
@@ -198,14 +280,30 @@ class EventBus:
         await self._changed.wait()
 
     def subscribe(self, patterns: list[str], queue: str | None = None) -> Subscription:
-        """Start a subscription; events published from now on reach it."""
+        """Start a subscription read from a channel; events published from now on reach it."""
         subscription = Subscription(patterns, queue)
+        self._add(subscription)
+        return subscription
+
+    def subscribe_direct(
+        self,
+        patterns: list[str],
+        queue: str | None,
+        encode: Callable[[dict[str, Any]], Any],
+        deliver: Callable[[list[Any]], str | None],
+        on_dropped: Callable[[], None],
+    ) -> DirectSubscription:
+        """Start a subscription handed each publish's events at once (see DirectSubscription)."""
+        subscription = DirectSubscription(patterns, queue, encode, deliver, on_dropped)
+        self._add(subscription)
+        return subscription
+
+    def _add(self, subscription: Subscriber) -> None:
         self.subscriptions.add(subscription)
         self._count(subscription, 1)
         self.listeners_changed()
-        return subscription
 
-    def change(self, subscription: Subscription, patterns: list[str]) -> None:
+    def change(self, subscription: Subscriber, patterns: list[str]) -> None:
         """Give a live subscription other patterns (WebSocket Subscribe/Unsubscribe); one
         that was dropped stays dropped."""
         if subscription not in self.subscriptions:
@@ -216,22 +314,36 @@ class EventBus:
         self._count(subscription, 1)
         self.listeners_changed()
 
-    def unsubscribe(self, subscription: Subscription) -> None:
+    def unsubscribe(self, subscription: Subscriber) -> None:
         """End a subscription."""
         if subscription in self.subscriptions:
             self.subscriptions.discard(subscription)
             self._count(subscription, -1)
-        subscription.send.close()
+        subscription.close()
         self.listeners_changed()
 
-    def _count(self, subscription: Subscription, step: int) -> None:
-        self._wanted.update(dict.fromkeys(subscription.names, step))
+    def _count(self, subscription: Subscriber, step: int) -> None:
+        by_name = self._by_name
+        for name in subscription.names:
+            if step > 0:
+                # Beside those sharing its encoder, so a message is encoded once for them all.
+                wanting = by_name.setdefault(name, [])
+                at = len(wanting)
+                for index, other in enumerate(wanting):
+                    if other.encode is subscription.encode:
+                        at = index + 1
+                wanting.insert(at, subscription)
+            else:
+                wanting = by_name[name]
+                wanting.remove(subscription)
+                if not wanting:
+                    del by_name[name]
         if subscription.names - PERIODIC_EVENTS:
             self._engine_subscribers += step
 
     def add_listener(
         self,
-        listener: Callable[[dict[str, Any]], None],
+        listener: Listener,
         active: Callable[[], bool],
         names: frozenset[str] = JOB_EVENTS,
     ) -> None:
@@ -240,32 +352,109 @@ class EventBus:
         self.listeners.append((listener, active, names))
         self.listeners_changed()
 
+    def _active_listeners(self) -> list[tuple[Listener, frozenset[str]]]:
+        """The listeners to call in this publish (asked once, not per event)."""
+        return [(listener, names) for listener, active, names in self.listeners if active()]
+
     def publish_recorded(
         self, events: Iterable[tuple[str, Any, dict[str, Any]]], now_ms: float
     ) -> None:
         """Publish what the engine recorded in a committed pass, `(kind, job, extra)` each
-        (see `event_message`); an event nobody wants is skipped before its message is built."""
-        touched = self.on_queue_touched if self.wants("queue:counts") else None
+        (see `event_message`). An event that no active listener wants and no subscriber
+        takes (by name, then by queue) is skipped before its message is built; each
+        subscriber is handed its share of the pass at once."""
+        listeners = self._active_listeners()
+        by_name = self._by_name
+        touched = None
+        if "queue:counts" in by_name or any("queue:counts" in names for _, names in listeners):
+            touched = self.on_queue_touched
+        takers: list[Subscriber] = []
         for kind, job, extra in events:
-            if touched is not None and job is not None:
-                touched(job.queue)
-            if self.wants(event_name(kind, job)):
-                self.publish((event_message(kind, job, extra, now_ms),))
+            if job is None:
+                name, queue = kind, extra.get("queue")
+            else:
+                name, queue = JOB_EVENT_NAMES.get(kind) or f"job:{kind}", job.queue
+                if touched is not None:
+                    touched(queue)
+            message = None
+            subscribers = by_name.get(name)
+            if subscribers is not None:
+                for subscriber in subscribers:
+                    if subscriber.queue is None or queue is None or subscriber.queue == queue:
+                        message = event_message(kind, job, extra, now_ms)
+                        _add_to_pending(takers, subscribers, queue, message)
+                        break
+            for listener, names in listeners:
+                if name in names:
+                    if message is None:
+                        message = event_message(kind, job, extra, now_ms)
+                    listener(message)
+        self._hand_over(takers)
 
     def publish(self, messages: Iterable[dict[str, Any]]) -> None:
-        """Deliver committed events; never blocks (a full subscriber is dropped)."""
+        """Deliver committed events; never blocks (a subscriber that cannot take them is
+        dropped)."""
+        listeners = self._active_listeners()
+        by_name = self._by_name
+        takers: list[Subscriber] = []
         for message in messages:
             name = message["event"]
-            for listener, _, names in self.listeners:
+            for listener, names in listeners:
                 if name in names:
                     listener(message)
-            if not self._wanted[name]:
-                continue
-            for subscription in list(self.subscriptions):
-                if not subscription.wants(message):
-                    continue
-                try:
-                    subscription.send.send_nowait(message)
-                except trio.WouldBlock:
-                    subscription.dropped = DROPPED_SLOW
-                    self.unsubscribe(subscription)
+            subscribers = by_name.get(name)
+            if subscribers is not None:
+                data = message["data"]
+                queue = data.get("queue") if isinstance(data, dict) else None
+                _add_to_pending(takers, subscribers, queue, message)
+        self._hand_over(takers)
+
+    def _hand_over(self, takers: list[Subscriber]) -> None:
+        """Give each subscriber its events of this publish; drop those that cannot take them."""
+        for subscriber in takers:
+            batch, subscriber.pending = subscriber.pending, []
+            try:
+                reason = DROPPED_FAILED if subscriber.failed else subscriber.take(batch)
+            except Exception:  # a bug in a transport costs its subscriber, never the engine
+                log.exception("an event subscriber failed; it is dropped")
+                reason = DROPPED_FAILED
+            if reason is not None:
+                subscriber.dropped = reason
+                self.unsubscribe(subscriber)
+                subscriber.on_dropped()
+
+
+_UNENCODABLE = object()  # what an encoder that raised made of a message
+
+
+def _add_to_pending(
+    takers: list[Subscriber], subscribers: list[Subscriber], queue: str | None, message: Any
+) -> None:
+    """Add `message` to the pending events of each of its name's subscribers that takes
+    `queue` (an event of no queue reaches all of them), listing in `takers` each subscriber
+    that had none yet; encoded once per encoder (subscribers sharing an encoder are listed
+    together, see `EventBus._count`)."""
+    last_encode: Any = None
+    last_item: Any = None
+    for subscriber in subscribers:
+        wanted = subscriber.queue
+        if wanted is not None and queue is not None and wanted != queue:
+            continue
+        encode = subscriber.encode
+        if encode is None:
+            item = message
+        elif encode is last_encode:
+            item = last_item
+        else:
+            last_encode = encode
+            try:
+                item = last_item = encode(message)
+            except Exception:  # a bug: it costs the subscribers of this encoder, not the engine
+                log.exception("event %s could not be encoded", message.get("event"))
+                item = last_item = _UNENCODABLE
+        if item is _UNENCODABLE:
+            subscriber.failed = True
+        pending = subscriber.pending
+        if not pending:
+            takers.append(subscriber)
+        pending.append(item)

@@ -200,13 +200,44 @@ class Session:
         self.budget.take()
         self._send(data, 1)
 
-    def send_event(self, message: Reply) -> None:
-        """Send an event frame the client subscribed to. It answers no request, so it holds no
-        in-flight slot; its bytes count as unsent until written (the subscriber is dropped
-        while the session is `full`)."""
-        data = bytearray()
-        append_frame(data, message)
-        self._send(data, 0)
+    def send_events(self, frames: list[bytes]) -> int:
+        """Send encoded event frames the client subscribed to, in order, in one write when the
+        socket is idle. They answer no request, so they hold no in-flight slot; their bytes
+        count as unsent until written. As if sent one at a time, each only while the session
+        is not `full`: returns how many were sent (fewer than all: the client is not reading
+        them, and its subscriber is to be dropped)."""
+        if self._closed:
+            return len(frames)  # nobody to send them to, and nothing to drop
+        if self.full:
+            return 0
+        data = bytearray().join(frames)
+        sent = 0
+        if self._direct_send is not None and not self._writing and not self._ready:
+            try:
+                sent = self._direct_send(data)
+            except OSError:
+                sent = 0  # the writer will meet the same error and end the connection
+        if sent == len(data):
+            return len(frames)
+        # The rest waits for the writer, frame by frame while the session has room (a frame
+        # the socket took part of is always finished).
+        taken = len(frames)
+        at = 0
+        for index, frame in enumerate(frames):
+            end = at + len(frame)
+            if end > sent:
+                if self.full:
+                    taken = index
+                    break
+                rest = memoryview(frame)[max(sent - at, 0) :]
+                self._ready += rest
+                self._waiting += len(rest)
+                self.unsent.total += len(rest)
+                self._weigh()
+            at = end
+        if self._ready_lot:
+            self._ready_lot.unpark_all()
+        return taken
 
     async def wait_capacity(self) -> int:
         """Wait until another command may be read (a slot free and the session not `full`);

@@ -199,14 +199,30 @@ class StreamSession:
         self._ready_lot.unpark_all()
         self._drained()
 
-    def send_event(self, data: bytes) -> None:
-        """Queue an event message (JSON text) the client subscribed to. It answers no request,
-        so it holds no in-flight slot; its bytes count until written."""
+    def send_events(self, messages: list[bytes], limit: int) -> int:
+        """Queue event messages (JSON text) the client subscribed to, in order, for the writer.
+        They answer no request, so they hold no in-flight slot; their bytes count until
+        written. As if queued one at a time, each only while fewer than `limit` events wait
+        and the session is not `full`: returns how many were queued (fewer than all: the
+        client is not reading them, and its subscriber is to be dropped)."""
         if self._closed:
-            return
-        self.events_queued += 1
-        self.unsent.total += len(data)
-        self._queue([Outgoing(data, binary=False, reply=False)], len(data))
+            return len(messages)  # nobody to send them to, and nothing to drop
+        unsent = self.unsent
+        queued: list[Outgoing] = []
+        size = 0
+        held = self.unsent_bytes()
+        for data in messages:
+            # `full`, counting what this call queued before (only past the floor can it be)
+            if self.events_queued + len(queued) >= limit or (
+                held + size > unsent.floor and unsent.holds_back(held + size)
+            ):
+                break
+            queued.append(Outgoing(data, binary=False, reply=False))
+            size += len(data)
+            unsent.total += len(data)
+        self.events_queued += len(queued)
+        self._queue(queued, size)
+        return len(queued)
 
     async def wait_capacity(self) -> None:
         """Wait until another command may be read (a free slot, the session not `full`),

@@ -1,12 +1,14 @@
 """Server-sent events on the HTTP port: `GET /events` and `GET /events/queues/:queue`.
 
 Every committed event (the reference's catalogue, events.py) is numbered and kept in one
-bounded in-memory ring (the last RING_SIZE events). An SSE client is a cursor into that ring:
-it writes the events after its cursor that match its queue (and those of no queue), waits for
-more, and sends a `:heartbeat` comment when nothing happened for HEARTBEAT_S. So a client costs
-no buffer of its own, and `Last-Event-ID` replay comes for free: a client that reconnects with
-it gets the events it missed if the ring still holds them. Each event's `data` is the event's
-own data, as the reference sends it.
+bounded in-memory ring (the last RING_SIZE events) while some SSE client is connected (with
+none, the bus does not call the ring). An SSE client is a cursor into that ring: it writes the
+events after its cursor that match its queue (and those of no queue), all that are there in
+one write, waits for more, and sends a `:heartbeat` comment when nothing happened for
+HEARTBEAT_S. So a client costs no buffer of its own, each event is formatted once for all
+clients, and `Last-Event-ID` replay comes for free: a client that reconnects with it gets the
+events it missed if the ring still holds them. Each event's `data` is the event's own data, as
+the reference sends it.
 
 A slow client is dropped, never buffered without bound: a write that does not finish within
 SEND_TIMEOUT_S, or a cursor that the ring has overtaken (more than RING_SIZE events behind),
@@ -33,19 +35,30 @@ CONTENT_TYPE = "text/event-stream"
 
 
 class EventRing:
-    """The last `size` job events, numbered from 1, and a way to wait for the next one."""
+    """The last `size` job events, numbered from 1, each formatted for SSE at most once (for
+    every client that writes it), and a way to wait for the next one."""
 
     def __init__(self, size: int = RING_SIZE) -> None:
         self.events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=size)
         self.last_id = 0
+        self._formatted: dict[int, bytes] = {}  # by event id, while the ring holds the event
         self._changed = trio.Event()
 
     def append(self, message: dict[str, Any]) -> None:
         """Number and keep one event, and wake every waiting client (never blocks)."""
+        events = self.events
+        if len(events) == events.maxlen and self._formatted:
+            self._formatted.pop(events[0][0], None)  # it is about to leave the ring
         self.last_id += 1
-        self.events.append((self.last_id, message))
-        self._changed.set()
-        self._changed = trio.Event()
+        events.append((self.last_id, message))
+        self._changed.set()  # (replaced by the next `wait`: one per wake-up, not per event)
+
+    def formatted(self, event_id: int, message: dict[str, Any]) -> bytes:
+        """The event as SSE bytes (`format_event`), made once for all clients."""
+        data = self._formatted.get(event_id)
+        if data is None:
+            data = self._formatted[event_id] = format_event(event_id, message)
+        return data
 
     def oldest_id(self) -> int:
         """The id of the oldest event still held (last_id + 1 when empty)."""
@@ -68,7 +81,10 @@ class EventRing:
         return min(max(wanted, self.oldest_id() - 1), self.last_id)
 
     async def wait(self) -> None:
-        """Until the next event is appended."""
+        """Until the next event is appended (the caller has read every event so far: no
+        event may come between its last `since` and this call)."""
+        if self._changed.is_set():
+            self._changed = trio.Event()
         await self._changed.wait()
 
 
@@ -118,11 +134,14 @@ async def stream_events(
         pending = ring.since(cursor)
         if pending is None:
             raise ClientTooSlow
-        for event_id, message in pending:
-            cursor = event_id
-            if wanted(message, queue):
-                await _send_in_time(send, format_event(event_id, message))
         if pending:
+            # Every pending event this client wants, in one write.
+            chunks = [
+                ring.formatted(i, message) for i, message in pending if wanted(message, queue)
+            ]
+            cursor = pending[-1][0]
+            if chunks:
+                await _send_in_time(send, b"".join(chunks))
             continue
         with trio.move_on_after(HEARTBEAT_S) as quiet:
             await ring.wait()

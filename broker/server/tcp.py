@@ -21,11 +21,17 @@ from typing import Any
 
 import trio
 
-from protocol import MAX_FRAME_SIZE, FrameDecoder, FrameTooLarge, decode_command
+from protocol import MAX_FRAME_SIZE, FrameDecoder, FrameTooLarge, decode_command, encode, frame
 from protocol import commands as cmd
 
 from ..engine.actor import Batch, EngineActor
-from ..events import TCP_DEFAULT_PATTERNS, Subscription, tcp_event_frame
+from ..events import (
+    DROPPED_SLOW,
+    SUBSCRIBER_BUFFER,
+    TCP_DEFAULT_PATTERNS,
+    DirectSubscription,
+    tcp_event_frame,
+)
 from .frontdoor import AUTH_TIMEOUT_S, FrontDoor, contain_failures
 from .guards import AuthThrottle, PartialFrameBudget
 from .hub import READ_SIZE, ReadHub
@@ -43,6 +49,7 @@ UNAUTHENTICATED_FRAME_LIMIT = 64 * 1024
 PARTIAL_FRAME_TIMEOUT_S = 30
 ACCEPT_BURST = 64  # connections accepted per turn of the accept loop
 SERVER_BUSY = "Server busy: too much unfinished frame data buffered"
+NOT_READING_EVENTS = "client not reading its events"
 
 
 class EndConnection(Exception):
@@ -82,7 +89,7 @@ class Connection:
         # ends on a frame boundary (the usual one) then need not tell the budget anything.
         self._partial_held = False
         self._nursery: trio.Nursery | None = None
-        self.events: Subscription | None = None  # SubscribeEvents
+        self.events: DirectSubscription | None = None  # SubscribeEvents
 
     async def serve(self) -> None:
         """Run until the client goes away or must be cut off."""
@@ -245,30 +252,38 @@ class Connection:
 
     def _subscribe(self, command: cmd.SubscribeEvents | cmd.UnsubscribeEvents) -> None:
         """SubscribeEvents/UnsubscribeEvents (answered by the front door, like Ping): events
-        are forwarded on this connection until it unsubscribes or closes."""
+        are sent on this connection until it unsubscribes or closes."""
         self._end_events()
         if isinstance(command, cmd.SubscribeEvents) and self._nursery is not None:
             patterns = command.events or TCP_DEFAULT_PATTERNS
-            self.events = self.actor.bus.subscribe(patterns, command.queue)
-            self._nursery.start_soon(self._forward_events, self.events)
+            self.events = self.actor.bus.subscribe_direct(
+                patterns, command.queue, event_frame, self._send_events, self._events_dropped
+            )
 
     def _end_events(self) -> None:
         if self.events is not None:
             self.actor.bus.unsubscribe(self.events)
             self.events = None
 
-    async def _forward_events(self, subscription: Subscription) -> None:
-        """Send the subscription's events as they come. A subscriber whose buffer filled up, or
-        whose connection holds more bytes unread than its budget, is disconnected, so that its
-        client reconnects and subscribes again rather than silently missing events."""
-        async for message in subscription.receive:
-            if self.session.full:
-                subscription.dropped = "client not reading its events"
-                self.actor.bus.unsubscribe(subscription)
-                break
-            self.session.send_event(tcp_event_frame(message))
-        if subscription.dropped is not None and self._nursery is not None:
-            log.info("event subscriber dropped: %s", subscription.dropped)
+    def _send_events(self, frames: list[bytes]) -> str | None:
+        """Send one publish's event frames for this subscriber (the bus calls this in the
+        actor's task, once per committed pass: one write for all of them). A subscriber more
+        than SUBSCRIBER_BUFFER events behind (more than one event being sent and that many
+        after it, as a forwarding task and its channel held), or whose connection holds more
+        bytes unread than its budget, is to be dropped: returns why, or None."""
+        reason = None
+        if len(frames) > SUBSCRIBER_BUFFER + 1:
+            frames, reason = frames[: SUBSCRIBER_BUFFER + 1], DROPPED_SLOW
+        if self.session.send_events(frames) < len(frames):
+            reason = NOT_READING_EVENTS
+        return reason
+
+    def _events_dropped(self) -> None:
+        """The bus dropped this subscriber: disconnect it, so that its client reconnects and
+        subscribes again rather than silently missing events."""
+        if self.events is not None:
+            log.info("event subscriber dropped: %s", self.events.dropped)
+        if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
     async def _write_loop(self) -> None:
@@ -277,6 +292,12 @@ class Connection:
             data, count = await session.wait_output()
             await self.stream.send_all(data)
             session.written(count)
+
+
+def event_frame(message: dict[str, Any]) -> bytes:
+    """A bus message as a TCP subscriber's event frame, encoded (the bus encodes each message
+    once for every TCP subscriber that takes it)."""
+    return frame(encode(tcp_event_frame(message)))
 
 
 class Guards:

@@ -25,7 +25,7 @@ import trio_websocket
 
 from ..engine.actor import Batch, EngineActor
 from ..engine.sink import Reply
-from ..events import DROPPED_SLOW, SUBSCRIBER_BUFFER, Subscription, invalid_patterns
+from ..events import DROPPED_SLOW, SUBSCRIBER_BUFFER, DirectSubscription, invalid_patterns
 from .frontdoor import FrontDoor, bearer_authorized
 from .jsonwire import (
     INVALID_FORMAT,
@@ -115,8 +115,9 @@ class WebSocketClient:
         self.session = StreamSession(actor.outbox, self.door.in_flight, self._encode, unsent)
         # The reqIds (as MessagePack: any value, hashable) of requests sent as binary.
         self.binary_requests: set[bytes] = set()
-        self.subscription: Subscription | None = None
+        self.subscription: DirectSubscription | None = None
         self.events_scope = trio.CancelScope()
+        self.events_dropped = trio.Event()  # set when the subscriber is dropped
 
     async def serve(self) -> None:
         """Serve until the socket closes; then release what this connection held."""
@@ -189,9 +190,12 @@ class WebSocketClient:
             self._unsubscribe()
             return {"ok": True, "subscribed": []}
         if self.subscription is None:
-            self.subscription = self.actor.bus.subscribe(patterns, queue)
+            self.subscription = self.actor.bus.subscribe_direct(
+                patterns, queue, reply_json, self._send_events, self._events_dropped
+            )
             self.events_scope = trio.CancelScope()
-            nursery.start_soon(self._write_events, self.subscription, self.events_scope)
+            self.events_dropped = trio.Event()
+            nursery.start_soon(self._close_when_dropped, self.subscription, self.events_scope)
         else:
             if queue is not None:
                 self.subscription.queue = queue
@@ -204,23 +208,30 @@ class WebSocketClient:
             self.actor.bus.unsubscribe(self.subscription)
             self.subscription = None
 
-    async def _write_events(self, subscription: Subscription, scope: trio.CancelScope) -> None:
-        """Queue the subscription's events for the writer. A subscriber that falls behind (its
-        buffer full, SUBSCRIBER_BUFFER events queued, or its connection `full`) is told and
-        disconnected: it reconnects rather than silently missing events."""
-        session = self.session
+    def _send_events(self, messages: list[bytes]) -> str | None:
+        """Queue one publish's events for the writer (the bus calls this in the actor's task,
+        once per committed pass). A subscriber that falls behind (SUBSCRIBER_BUFFER events
+        queued, or its connection `full`) is to be dropped: returns why, or None."""
+        if self.session.send_events(messages, SUBSCRIBER_BUFFER) == len(messages):
+            return None
+        return DROPPED_SLOW
+
+    def _events_dropped(self) -> None:
+        """The bus dropped this subscriber: nothing queued goes out after the notice that
+        tells the client why, and the socket closes, so it reconnects rather than silently
+        missing events."""
+        self.session.close()
+        self.events_dropped.set()
+
+    async def _close_when_dropped(
+        self, subscription: DirectSubscription, scope: trio.CancelScope
+    ) -> None:
+        """Once the subscriber is dropped, tell the client why and close the socket."""
         with scope:
-            async for event in subscription.receive:
-                if session.events_queued >= SUBSCRIBER_BUFFER or session.full:
-                    subscription.dropped = DROPPED_SLOW
-                    self.actor.bus.unsubscribe(subscription)
-                    break
-                session.send_event(reply_json(event))
-            if subscription.dropped is not None:
-                session.close()  # nothing queued goes out after the notice
-                notice = {"event": "subscription:dropped", "reason": subscription.dropped}
-                await self.socket.send_message(reply_json(notice).decode())
-                await self.socket.aclose(code=1008, reason="subscriber too slow")
+            await self.events_dropped.wait()
+            notice = {"event": "subscription:dropped", "reason": subscription.dropped}
+            await self.socket.send_message(reply_json(notice).decode())
+            await self.socket.aclose(code=1008, reason="subscriber too slow")
 
     def _encode(self, reply: Reply) -> Outgoing:
         """A reply as its message, in the form of its request (called as it is staged)."""
