@@ -389,27 +389,6 @@ class Caller:
 
 
 @contextlib.contextmanager
-def memory_broker(source: str, *options: str) -> Iterator[tuple[int, psutil.Process]]:
-    """Run `trioq serve --memory` from `source` on a free port; yields (port, process)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "broker", "serve", "--host", "127.0.0.1", "--port",
-               str(port), "--http-port", "0", "--memory", *options]  # fmt: skip
-    process = subprocess.Popen(
-        command, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert "listening" in line, line
-        yield port, psutil.Process(process.pid)
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
-@contextlib.contextmanager
 def environment(**values: str) -> Iterator[None]:
     """Run the block with extra environment variables (a broker started in it inherits them)."""
     saved = {name: os.environ.get(name) for name in values}
@@ -428,7 +407,7 @@ def queues_emptied(source: str, count: int = 300_000) -> str:
     """`count` queues of one job each, every job cancelled; twice (the second round on new
     names). RSS after each round and how many queues are still listed 3 s after it."""
     figures = []
-    with environment(TRIOQ_MAX_QUEUES="1000000"), memory_broker(source) as (port, process):
+    with environment(TRIOQ_MAX_QUEUES="1000000"), broker(source, "--memory") as (port, process):
         caller = Caller(port)
         figures.append(f"RSS {rss_mib(process):.0f} MiB at start")
         for round_ in (1, 2):
@@ -449,7 +428,7 @@ def queues_emptied(source: str, count: int = 300_000) -> str:
 
 def pull_fresh(source: str, count: int = 100_000) -> str:
     """`count` PULLs with timeout 0, each on a new name: RSS before and after."""
-    with memory_broker(source) as (port, process):
+    with broker(source, "--memory") as (port, process):
         caller = Caller(port)
         before = rss_mib(process)
         pulls = [{"cmd": "PULL", "queue": f"fresh{n}", "timeout": 0} for n in range(count)]
@@ -472,7 +451,7 @@ def deep_chain(source: str, depth: int = 100_000) -> str:
             item["dependsOn"] = [f"c{k + 1}"]
             item["childrenIds"] = [f"c{k + 1}"]
         items.append(item)
-    with memory_broker(source, "--keep-failed", str(2 * depth)) as (port, process):
+    with broker(source, "--memory", "--keep-failed", str(2 * depth)) as (port, process):
         caller = Caller(port)
         began = time.perf_counter()
         pushed = caller.call(cmd="PUSHB", queue="chain", jobs=items)
