@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import trio
 
-from tests.conftest import StoreFactory
-from tests.engine.test_push_pull import pull_ids, push, state_of
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push, state_of
+from tests.support.stores import StoreFactory
 
 
 async def test_pause_and_resume(client: FrameClient, autojump_clock) -> None:

@@ -15,10 +15,9 @@ import trio.testing
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
-from tests.conftest import EPOCH_MS, Connect, memory_connector
-from tests.engine.test_events import drain
-from tests.engine.test_push_pull import push, state_of
+from tests.support.app import EPOCH_MS, Connect, memory_connector
 from tests.support.client import FrameClient
+from tests.support.engine import drain, push, state_of
 
 
 async def pushed_and_pulled(client: FrameClient, *options: dict[str, object]) -> list[str]:

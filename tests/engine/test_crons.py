@@ -10,9 +10,9 @@ import trio
 from broker.app import App
 from broker.clock import Clock
 from broker.config import Config
-from tests.conftest import StoreFactory, memory_connector
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker, memory_connector
 from tests.support.client import FrameClient
+from tests.support.stores import StoreFactory
 
 
 async def count(client: FrameClient, queue: str = "cq") -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 
 async def fail_now(client: FrameClient, queue: str, **fields: object) -> str:

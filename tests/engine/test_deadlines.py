@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_settle import get_job, lease
 from tests.support.client import FrameClient
+from tests.support.engine import get_job, lease, push, state_of
 
 ALREADY = {"applied": False, "reason": "already-finalized"}
 

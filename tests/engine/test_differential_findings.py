@@ -4,8 +4,8 @@ carries, GetJobs of a paused queue, and the reference's error texts where the se
 
 from __future__ import annotations
 
-from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 REPLACE = {"replace": True}
 

@@ -12,8 +12,8 @@ import trio.testing
 
 from broker.app import App
 from broker.events import EVENT_NAMES, Subscription
-from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 # The 34 event types of the issue: what the reference's dashboard and clients consume.
 PUBLISHED = {

@@ -3,9 +3,9 @@ not all finished, and the legacy edits on jobs that do not fit them."""
 
 from __future__ import annotations
 
-from tests.engine.test_flows import family, finish, node
-from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of
+from tests.support.flows import family, finish, node
 
 
 async def test_a_flow_may_depend_on_a_finished_job_but_not_name_an_absent_child(

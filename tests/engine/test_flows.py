@@ -6,39 +6,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import StoreFactory
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
-
-
-def node(job_id: str, queue: str = "fq", **options: Any) -> dict[str, Any]:
-    return {
-        "id": job_id,
-        "queue": queue,
-        "input": {"name": job_id, "data": {"n": job_id}, **options},
-    }
-
-
-def family(**child_options: Any) -> list[dict[str, Any]]:
-    """A parent on queue `parents` with children c1 and c2 on queue `fq`."""
-    return [
-        node("c1", parentId="p", **child_options),
-        node("c2", parentId="p", **child_options),
-        node("p", "parents", dependsOn=["c1", "c2"], childrenIds=["c1", "c2"]),
-    ]
-
-
-async def finish(client: FrameClient, job_id: str, queue: str = "fq", ok: bool = True) -> None:
-    reply = await client.call("PULLB", queue=queue, count=10)
-    assert job_id in [job["id"] for job in reply["jobs"]], reply
-    for job in reply["jobs"]:
-        if job["id"] != job_id:
-            await client.call("MoveToWait", id=job["id"])
-    if ok:
-        await client.call("ACK", id=job_id, result={"from": job_id})
-    else:
-        await client.call("FAIL", id=job_id, error=f"{job_id} broke", unrecoverable=True)
+from tests.support.engine import push, state_of
+from tests.support.flows import family, finish, node
+from tests.support.stores import StoreFactory
 
 
 async def test_pushf_commits_the_graph_and_the_parent_waits(client: FrameClient) -> None:

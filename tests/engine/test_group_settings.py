@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import trio
 
-from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 Q = {"queue": "q", "groupId": "g"}
 

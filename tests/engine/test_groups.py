@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from tests.engine.test_push_pull import pull_ids, push
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push
 
 
 async def test_group_priority_runs_zero_first(client: FrameClient) -> None:

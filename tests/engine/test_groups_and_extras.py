@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import trio
 
-from tests.conftest import StoreFactory
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of
+from tests.support.stores import StoreFactory
 
 Q = {"queue": "q", "groupId": "g"}
 

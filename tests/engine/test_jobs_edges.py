@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import trio
 
-from tests.conftest import EPOCH_MS
-from tests.engine.test_lifecycle_edges import without_req_id
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_settle import get_job, lease
+from tests.support.app import EPOCH_MS
 from tests.support.client import FrameClient
+from tests.support.engine import get_job, lease, push, state_of, without_req_id
 
 NOT_ALIVE = "Job not found or not active (or invalid token)"
 

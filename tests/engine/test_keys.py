@@ -6,8 +6,8 @@ import trio
 
 from broker.app import App
 from broker.engine.keys import DEBOUNCE, UNIQUE, KeyRegistry
-from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of
 
 
 async def test_dedup_ttl_frees_the_key_while_the_job_lives(

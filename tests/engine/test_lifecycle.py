@@ -5,16 +5,9 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tests.conftest import Connect
-from tests.engine.test_dlq import fail_for_good
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_settle import get_job, lease
+from tests.support.app import Connect
 from tests.support.client import FrameClient
-
-
-async def logs_of(client: FrameClient, job_id: str, **page: int) -> tuple[list[str], int]:
-    data = (await client.call("GetLogs", id=job_id, **page))["data"]
-    return [entry["message"] for entry in data["logs"]], data["count"]
+from tests.support.engine import fail_for_good, get_job, lease, logs_of, push, state_of
 
 
 async def test_logs_page_and_cap(client: FrameClient) -> None:

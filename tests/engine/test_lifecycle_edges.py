@@ -11,16 +11,9 @@ import trio
 
 from broker.app import App
 from store import open_sqlite
-from tests.conftest import Connect
-from tests.engine.test_lifecycle import logs_of
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_restart import Broker
-from tests.engine.test_settle import get_job, lease
+from tests.support.app import Broker, Connect
 from tests.support.client import FrameClient
-
-
-def without_req_id(reply: dict) -> dict:
-    return {key: value for key, value in reply.items() if key != "reqId"}
+from tests.support.engine import get_job, lease, logs_of, push, state_of, without_req_id
 
 
 @pytest.fixture

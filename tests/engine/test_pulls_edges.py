@@ -10,10 +10,9 @@ import trio
 import trio.testing
 
 from broker.app import App
-from tests.conftest import Connect
-from tests.engine.test_lifecycle_edges import without_req_id
-from tests.engine.test_push_pull import push, state_of
+from tests.support.app import Connect
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of, without_req_id
 
 
 async def test_a_leased_poll_that_times_out(client: FrameClient, autojump_clock) -> None:

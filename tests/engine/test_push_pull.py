@@ -6,35 +6,10 @@ import pytest
 import trio
 
 from broker.engine import state as state_module
-from tests.conftest import Connect
+from tests.support.app import Connect
 from tests.support.client import FrameClient
-
-REFERENCE_JOB_KEYS = [
-    "id", "queue", "name", "data", "createdAt", "runAt", "startedAt", "completedAt", "attempts",
-    "backoff", "backoffConfig", "dependsOn", "childrenIds", "childrenCompleted", "tags", "progress",
-    "progressMessage", "stacktrace", "repeat", "durable", "lastHeartbeat", "stallCount", "priority",
-    "lifo", "maxAttempts", "removeOnComplete", "removeOnFail", "ttl", "timeout", "uniqueKey",
-    "customId", "parentId", "groupId", "stallTimeout", "stackTraceLimit", "keepLogs", "sizeLimit",
-    "failParentOnFailure", "removeDependencyOnFailure", "continueParentOnFailure",
-    "ignoreDependencyOnFailure", "deduplicationTtl", "deduplicationExtend", "deduplicationReplace",
-    "debounceId", "debounceTtl", "timeline",
-]  # fmt: skip
-
-
-async def push(client: FrameClient, queue: str = "q", **fields: object) -> str:
-    fields.setdefault("data", {})
-    reply = await client.call("PUSH", queue=queue, **fields)
-    assert reply["ok"] is True, reply
-    return reply["id"]
-
-
-async def pull_ids(client: FrameClient, queue: str = "q", count: int = 100) -> list[str]:
-    reply = await client.call("PULLB", queue=queue, count=count)
-    return [job["id"] for job in reply["jobs"]]
-
-
-async def state_of(client: FrameClient, job_id: str) -> str:
-    return (await client.call("GetState", id=job_id))["state"]
+from tests.support.engine import pull_ids, push, state_of
+from tests.support.jobs import REFERENCE_JOB_KEYS
 
 
 async def test_job_carries_every_option_and_the_reference_fields(client: FrameClient) -> None:

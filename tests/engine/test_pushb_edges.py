@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of
 
 
 async def count(client: FrameClient, queue: str = "q") -> int:

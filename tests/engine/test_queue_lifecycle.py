@@ -21,9 +21,9 @@ from broker.engine import housekeeping
 from broker.engine import state as state_module
 from broker.engine.queues import SWEEP_DELAY_MS
 from broker.engine.state import EngineState
-from tests.conftest import Connect, memory_connector, start_app
-from tests.engine.test_push_pull import push
+from tests.support.app import Connect, memory_connector, start_app
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 SWEPT_S = 2 * SWEEP_DELAY_MS / 1000  # long enough for a sweep to have run
 

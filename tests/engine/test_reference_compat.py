@@ -8,9 +8,9 @@ import trio
 
 from broker.engine.core import Engine
 from protocol.commands import SubscribeEvents, UnsubscribeEvents
-from tests.conftest import Connect
-from tests.engine.test_push_pull import pull_ids, push, state_of
+from tests.support.app import Connect
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push, state_of
 
 
 async def lease(client: FrameClient, queue: str = "q") -> tuple[str, str]:

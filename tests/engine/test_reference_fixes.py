@@ -10,9 +10,9 @@ import trio.testing
 
 from broker.app import App
 from broker.engine.lifecycle import MAX_WAITS_PER_CONNECTION, TOO_MANY_WAITS
-from tests.conftest import Connect
-from tests.engine.test_push_pull import push
+from tests.support.app import Connect
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 DAY_S = 86_400
 JS_TIMER_LIMIT_S = 2**31 / 1000  # about 24.8 days: JavaScript timers overflow past it

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import trio
 
-from tests.conftest import EPOCH_MS
-from tests.engine.test_push_pull import push
+from tests.support.app import EPOCH_MS
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 
 async def pull_job(client: FrameClient, queue: str = "q", wait_ms: int = 60_000) -> dict:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -22,30 +21,10 @@ from broker.engine.crons import Cron
 from broker.engine.state import EngineState
 from protocol.bulk import SLICED_ITEMS
 from store import MemoryStore, Record, open_sqlite
-from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
-from tests.engine.test_actor import RecordingSession, command
-from tests.engine.test_push_pull import push, state_of
-
-
-class Broker:
-    """Runs the broker on one durable store, again and again, on one (mock) clock."""
-
-    def __init__(self, open_store: StoreFactory, **config: object) -> None:
-        self.open_store = open_store
-        self.clock = Clock(EPOCH_MS)
-        self.config = Config(port=0, http_port=0, **config)  # type: ignore[arg-type]
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[Connect]:
-        store = self.open_store()
-        try:
-            async with trio.open_nursery() as nursery:
-                app = App(self.config, store=store, clock=self.clock)
-                await nursery.start(app.run)
-                yield memory_connector(app, nursery)
-                app.shutdown()
-        finally:
-            store.close()
+from tests.support.actor import RecordingSession, command
+from tests.support.app import EPOCH_MS, Broker, memory_connector
+from tests.support.engine import push, state_of
+from tests.support.stores import StoreFactory
 
 
 async def test_queued_jobs_come_back_in_order(store_factory: StoreFactory, autojump_clock) -> None:

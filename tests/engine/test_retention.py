@@ -18,9 +18,9 @@ from broker.engine.model import Job
 from broker.engine.retention import Retention, expire_retained, mark_finished
 from broker.engine.state import EngineState
 from broker.engine.timers import TimerWheel
-from tests.conftest import EPOCH_MS, memory_connector
-from tests.engine.test_push_pull import push, state_of
+from tests.support.app import EPOCH_MS, memory_connector
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of
 
 
 @pytest.fixture

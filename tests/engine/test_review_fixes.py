@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import trio
 
-from tests.conftest import StoreFactory
-from tests.engine.test_flows import family, finish
-from tests.engine.test_push_pull import pull_ids, push, state_of
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push, state_of
+from tests.support.flows import family, finish
+from tests.support.stores import StoreFactory
 
 
 async def test_a_job_finished_twice_at_once_ages_out_once(

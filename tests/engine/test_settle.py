@@ -6,18 +6,9 @@ import trio
 import trio.testing
 
 from broker.app import App
-from tests.conftest import Connect
-from tests.engine.test_push_pull import push, state_of
+from tests.support.app import Connect
 from tests.support.client import FrameClient
-
-
-async def lease(client: FrameClient, queue: str = "q", ttl: float = 30000) -> tuple[str, str]:
-    reply = await client.call("PULL", queue=queue, owner="w", lockTtl=ttl)
-    return reply["job"]["id"], reply["token"]
-
-
-async def get_job(client: FrameClient, job_id: str) -> dict:
-    return (await client.call("GetJob", id=job_id))["job"]
+from tests.support.engine import get_job, lease, push, state_of
 
 
 async def test_ack_stores_the_result(client: FrameClient) -> None:
