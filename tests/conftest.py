@@ -1,5 +1,7 @@
-"""Shared fixtures: an in-process broker on memory streams, a real one in a subprocess, and the
-session's private PostgreSQL server (started on first use, one per test session)."""
+"""Shared fixtures and hooks: an in-process broker on memory streams, a real one in a subprocess,
+private trioq processes (`broker_factory`), the session's private PostgreSQL server (started on
+first use, one per test session), and the real-time limit of every Trio test. Their helpers live
+in tests/support/."""
 
 from __future__ import annotations
 

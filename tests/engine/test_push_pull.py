@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from broker.engine import state as state_module
 from tests.support.app import Connect
@@ -288,3 +289,21 @@ async def test_timed_out_polls_do_not_pile_up(client: FrameClient, app, autojump
     for _ in range(100):
         assert (await client.call("PULLB", queue="idle", count=5, timeout=1000))["jobs"] == []
     assert len(app.actor.engine.state.queue("idle").waiters) == 0
+
+
+async def test_backoff_max_delay_is_checked_on_push_pushb_and_pushf(client: FrameClient) -> None:
+    for bad, error in (
+        (-1, "backoff.maxDelay must be at least 0"),
+        (86_400_001, "backoff.maxDelay must be at most 86400000"),
+        ("x", "backoff.maxDelay must be a number"),
+        (float("nan"), "backoff.maxDelay must be a finite number"),
+    ):
+        backoff = {"type": "fixed", "delay": 5, "maxDelay": bad}
+        assert (await client.call("PUSH", queue="q", data=1, backoff=backoff))["error"] == error
+        batch = await client.call("PUSHB", queue="q", jobs=[{"data": 1, "backoff": backoff}])
+        assert batch["error"] == f"jobs[0]: {error}"
+        flow = [{"id": "f", "queue": "q", "input": {"name": "f", "data": 1, "backoff": backoff}}]
+        assert (await client.call("PUSHF", jobs=flow))["error"] == f"jobs[0]: {error}"
+    assert (await client.call("Count", queue="q"))["count"] == 0
+    edge = {"type": "fixed", "delay": 5, "maxDelay": 86_400_000}
+    assert (await client.call("PUSH", queue="q", data=1, backoff=edge))["ok"] is True

@@ -465,3 +465,17 @@ async def test_what_a_start_up_loaded_is_collectable_again_once_the_engine_stops
     del actor
     gc.collect()
     assert state() is None  # the engine's state (in cycles with its components) was freed
+
+
+async def test_what_a_restart_changes_is_stored(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        job_id = await push(await connect(), ttl=1000, delay=60_000)
+    await trio.sleep(5)
+    async with broker.running() as connect:
+        assert await state_of(await connect(), job_id) == "failed"
+    store = broker.open_store()  # the store agrees, not just memory
+    assert [row.state for row in store.load() if row.id == job_id] == ["failed"]
+    store.close()

@@ -28,6 +28,7 @@ class RecordingSession:
 
 
 def command(**fields: Any) -> Any:
+    """A command as the broker decodes it from these fields."""
     return decode_command(msgspec.msgpack.encode(fields))
 
 

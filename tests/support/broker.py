@@ -251,6 +251,7 @@ BrokerFactory = Callable[..., BrokerProcess]
 
 
 def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

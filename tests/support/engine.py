@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import trio
-import trio.testing
 
 from tests.support.client import FrameClient
 
 
 async def push(client: FrameClient, queue: str = "q", **fields: object) -> str:
+    """PUSH one job (data `{}` unless given); its id, the reply checked."""
     fields.setdefault("data", {})
     reply = await client.call("PUSH", queue=queue, **fields)
     assert reply["ok"] is True, reply
@@ -16,20 +16,24 @@ async def push(client: FrameClient, queue: str = "q", **fields: object) -> str:
 
 
 async def pull_ids(client: FrameClient, queue: str = "q", count: int = 100) -> list[str]:
+    """The ids of up to `count` jobs one PULLB claims."""
     reply = await client.call("PULLB", queue=queue, count=count)
     return [job["id"] for job in reply["jobs"]]
 
 
 async def state_of(client: FrameClient, job_id: str) -> str:
+    """What GetState says of the job."""
     return (await client.call("GetState", id=job_id))["state"]
 
 
 async def lease(client: FrameClient, queue: str = "q", ttl: float = 30000) -> tuple[str, str]:
+    """PULL one job with an owner and a lease of `ttl` ms; its id and lock token."""
     reply = await client.call("PULL", queue=queue, owner="w", lockTtl=ttl)
     return reply["job"]["id"], reply["token"]
 
 
 async def get_job(client: FrameClient, job_id: str) -> dict:
+    """The job as GetJob shows it."""
     return (await client.call("GetJob", id=job_id))["job"]
 
 
@@ -45,6 +49,7 @@ async def fail_for_good(client: FrameClient, queue: str = "q", job_id: str | Non
 
 
 def drain(subscription) -> list[tuple[str, str]]:
+    """The (event, jobId) pairs a subscription holds now, without waiting."""
     got = []
     while True:
         try:
@@ -55,9 +60,11 @@ def drain(subscription) -> list[tuple[str, str]]:
 
 
 async def logs_of(client: FrameClient, job_id: str, **page: int) -> tuple[list[str], int]:
+    """A page of the job's log lines, and how many it holds in all."""
     data = (await client.call("GetLogs", id=job_id, **page))["data"]
     return [entry["message"] for entry in data["logs"]], data["count"]
 
 
 def without_req_id(reply: dict) -> dict:
+    """The reply without its reqId, to compare it whole."""
     return {key: value for key, value in reply.items() if key != "reqId"}

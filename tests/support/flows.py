@@ -8,6 +8,7 @@ from tests.support.client import FrameClient
 
 
 def node(job_id: str, queue: str = "fq", **options: Any) -> dict[str, Any]:
+    """One PUSHF node: `job_id` on `queue`, its name and data named after it."""
     return {
         "id": job_id,
         "queue": queue,
@@ -25,6 +26,8 @@ def family(**child_options: Any) -> list[dict[str, Any]]:
 
 
 async def finish(client: FrameClient, job_id: str, queue: str = "fq", ok: bool = True) -> None:
+    """Pull `job_id` from `queue` (putting back the others pulled with it), then ACK it
+    or fail it for good."""
     reply = await client.call("PULLB", queue=queue, count=10)
     assert job_id in [job["id"] for job in reply["jobs"]], reply
     for job in reply["jobs"]:

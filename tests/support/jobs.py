@@ -20,6 +20,7 @@ REFERENCE_JOB_KEYS = [
 
 
 def stored_job(job_id: str, queue: str = "q") -> JobRow:
+    """The stored row of a plain waiting job."""
     job = Job(id=job_id, queue=queue, name="j", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
     job.state = "waiting"
     return job_to_row(job)

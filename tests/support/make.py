@@ -30,6 +30,7 @@ def make_checkout(tmp_path: Path, tools: dict[str, str]) -> tuple[Path, dict[str
 
 
 def make(checkout: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `make -s ARGS` in the checkout (60 s at most)."""
     command = [MAKE, "-s", *args]
     return subprocess.run(
         command, cwd=checkout, env=env, capture_output=True, text=True, timeout=60

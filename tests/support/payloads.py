@@ -12,6 +12,7 @@ ODD_AS_JSON = {"[1,2]": 1, "null": 2, "x": {"$ext": 5, "data": "AQ=="}, "u": Non
 
 
 def frame_with_raw(message: dict, **raw_fields: bytes) -> bytes:
+    """A frame of `message` with `raw_fields` put in as MessagePack bytes as they are."""
     payload = msgspec.msgpack.encode(
         {**message, **{name: msgspec.Raw(value) for name, value in raw_fields.items()}}
     )

@@ -10,6 +10,9 @@ from typing import Any
 from tests.support.broker import BrokerProcess, FrameSocket
 
 WINDOW = 64  # requests in flight
+LEASE_MS = 300_000  # long enough that no lease expires during a test
+OWNER = "crash-worker"
+DRAIN_TIMEOUT_S = 5.0
 
 
 def pipeline(
@@ -65,6 +68,7 @@ def get_jobs(client: FrameSocket, ids: list[str]) -> list[dict[str, Any]]:
 
 
 def push_batch(client: FrameSocket, queue: str, items: list[dict[str, Any]]) -> list[str]:
+    """PUSHB `items`; the ids, one per item, all different."""
     reply = client.call("PUSHB", queue=queue, jobs=items)
     assert reply["ok"] is True, reply
     assert len(reply["ids"]) == len(items) == len(set(reply["ids"]))
@@ -78,15 +82,6 @@ def lease_all(client: FrameSocket, queue: str, ids: list[str]) -> list[str]:
     assert set(tokens) == set(ids)
     assert all(isinstance(token, str) for token in tokens.values())
     return [tokens[job_id] for job_id in ids]
-
-
-LEASE_MS = 300_000  # long enough that no lease expires during a test
-
-
-OWNER = "crash-worker"
-
-
-DRAIN_TIMEOUT_S = 5.0
 
 
 @dataclass

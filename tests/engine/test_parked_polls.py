@@ -1,5 +1,6 @@
-"""PULL and PULLB at their edges: the exact replies of leased and parked polls, and parked
-polls answered by a timeout, a push or an Obliterate (in-memory connections, MockClock)."""
+"""Leased and parked polls (PULL and PULLB with a timeout): their exact replies, and parked polls
+answered by a timeout, a push, an Obliterate or a closed connection (in-memory connections,
+MockClock)."""
 
 from __future__ import annotations
 
