@@ -1,4 +1,5 @@
-"""Processing timeouts finalise exactly at their deadline; ttl expires queued jobs."""
+"""Processing timeouts finalise exactly at their deadline (a timeout of 0 is none); ttl expires
+queued jobs; waits longer than a JavaScript timer allows last their whole time."""
 
 from __future__ import annotations
 

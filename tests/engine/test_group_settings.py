@@ -1,5 +1,6 @@
 """Group settings as a client sees them: what the getters answer, what a removal reports, the
-group counts, when a blocked group may start again, and parked pulls served once a limit lifts."""
+group counts, when a blocked group may start again, parked pulls served once a limit lifts, the
+limits pulls without group options still meet, and the settings a restart keeps."""
 
 from __future__ import annotations
 

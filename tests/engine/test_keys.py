@@ -1,4 +1,5 @@
-"""uniqueKey with dedup {ttl, extend, replace}, and debounce (rules in broker/engine/keys.py)."""
+"""uniqueKey with dedup {ttl, extend, replace} (a replace refused while live jobs depend on the
+job), debounce, and the dedup key commands (rules in broker/engine/keys.py)."""
 
 from __future__ import annotations
 
