@@ -16,11 +16,7 @@ from tests.support.client import FrameClient
 from tests.support.stores import StoreFactory
 
 EPOCH_MS = 1_800_000_000_000.0
-
-
 START_TIMEOUT_S = 20.0  # a broker that never starts fails the tests that need it
-
-
 Connect = Callable[[], Awaitable[FrameClient]]
 
 

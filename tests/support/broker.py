@@ -20,24 +20,14 @@ from typing import Any
 import msgspec
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
 MAX_FRAME = 64 * 1024 * 1024
-
 
 # Bounds on real waits, with margins for a loaded 2-core machine (a reply normally takes ~1 ms).
 REPLY_TIMEOUT_S = 10.0
-
-
 POLL_TIMEOUT_S = 20.0
-
-
 START_TIMEOUT_S = 20.0
 
-
 encode = msgspec.msgpack.Encoder().encode
-
-
 decode = msgspec.msgpack.Decoder().decode
 
 

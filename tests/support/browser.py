@@ -14,7 +14,6 @@ from tests.support.broker import ROOT, BrokerProcess
 
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 
-
 # Waits in the page: a loaded 2-core machine can take seconds to run a step.
 WAIT_MS = 15_000
 

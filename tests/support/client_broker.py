@@ -15,11 +15,7 @@ import anyio
 import pytest
 
 START_TIMEOUT_S = 20.0
-
-
 TEST_LIMIT_S = 40.0  # an async test body that takes longer fails (a hang is a failure)
-
-
 Run = Callable[..., Any]
 
 

@@ -6,8 +6,6 @@ import msgspec
 
 # {[1, 2]: 1, nil: 2, "x": ext 5 (0x01), "u": ext 0 (undefined)}
 ODD_DATA = b"\x84\x92\x01\x02\x01\xc0\x02\xa1x\xd4\x05\x01\xa1u\xd4\x00\x00"
-
-
 ODD_AS_JSON = {"[1,2]": 1, "null": 2, "x": {"$ext": 5, "data": "AQ=="}, "u": None}
 
 

@@ -15,7 +15,6 @@ TRIO_TEST_TIMEOUT_S = 60.0
 """Real seconds a Trio test may run. pytest-timeout's limit (pyproject.toml) is the backstop for
 everything else: its signal method breaks a Trio run, so it ends the whole run instead."""
 
-
 MUTANT_TEST_TIMEOUT_S = 30.0
 """The limit while mutmut tests a mutant (`make mutation`): a mutant that leaves a test waiting
 for ever (a poll never answered) is killed in 30 s, not 60. The slowest test but the model test
