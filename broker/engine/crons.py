@@ -253,6 +253,10 @@ class CronScheduler:
             self._keep_queue(cron)
             self._arm_cron(cron)
 
+    def has_writes(self) -> bool:
+        """Whether a cron changed since the last `take_writes` (stored.py)."""
+        return bool(self.changed_crons)
+
     def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Crons to write and to delete since the last commit."""
         writes, deletes = [], []

@@ -197,6 +197,10 @@ class QueueSettings:
             self.state.changed_settings.add(queue.name)
             return {}
 
+    def has_writes(self) -> bool:
+        """Whether a queue's settings changed since the last `take_writes` (stored.py)."""
+        return bool(self.state.changed_settings)
+
     def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Queue settings to write or delete since the last commit."""
         writes, deletes = [], []

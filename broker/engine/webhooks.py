@@ -182,6 +182,10 @@ class WebhookRegistry:
 
     # -- persistence ---------------------------------------------------------------------------
 
+    def has_writes(self) -> bool:
+        """Whether a webhook changed since the last `take_writes` (stored.py)."""
+        return bool(self.changed_hooks)
+
     def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Webhooks to write or delete since the last commit."""
         writes, deletes = [], []
@@ -194,8 +198,8 @@ class WebhookRegistry:
         self.changed_hooks.clear()
         return writes, deletes
 
-    def restore(self, records: list[Record]) -> None:
-        """Start-up: load the stored webhooks."""
+    def restore(self, records: list[Record], now: float) -> None:
+        """Start-up: load the stored webhooks (`now` is the protocol's, stored.py: unused)."""
         for record in records:
             if record.kind == WEBHOOK:
                 fields = _decode(record.body)
