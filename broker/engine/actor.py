@@ -221,12 +221,7 @@ class EngineActor:
         never before their commit returned. Failures are `_serve`'s: LeaseLost and StoreError
         end the actor with the replies unsent, StoreUnavailable withholds and retries.
 
-        Measured against committing on the loop (`python -m benchmarks.loadgen --compare --modes
-        postgres --baseline <main> --baseline <threaded, next pass waiting>`, 5 interleaved runs,
-        a 2-core machine at load 12-17): pipelined / on the loop 1.31x PUSH 16x8, 1.42x PULL+ACK,
-        1.13x producers+workers, 1.07x sequential PUSH; push-to-start at 500 jobs/s p50 53 ms
-        against 311 ms, p99 186 against 933 ms. A thread that only let the loop read meanwhile
-        (the next pass waiting for the commit) came out between the two.
+        Why a thread, measured: commits.py.
         """
         commits = self.commits
         async with receive:
