@@ -66,10 +66,11 @@ class CommitPipeline:
         self.store = store
         self.state = state
         self.stored = stored
+        # Each component's `unstored`, read once: the same collections for the engine's life
+        # (stored.py), so a pass tests them without an attribute lookup on four classes.
+        self._unstored = tuple(component.unstored for component in stored)
         self.fanout = fanout
         self._wake = wake  # a threaded commit returned: wake the actor if it sleeps
-        # Asked after every pass, in order: bound once.
-        self._has_writes = [component.has_writes for component in stored]
         self.threaded = bool(getattr(store, "commit_in_thread", False))
         """Whether passes are committed on a worker thread (`launch`, `settle`)."""
         self.withheld: Writes | None = None
@@ -81,10 +82,7 @@ class CommitPipeline:
     def take_writes(self) -> Writes | None:
         """The pass's writes as `Store.commit` arguments, or None when there are none."""
         state = self.state
-        for has_writes in self._has_writes:
-            if has_writes():
-                break
-        else:
+        if not any(self._unstored):
             # Jobs only (a pass of pushes, pulls or acks): no record component is asked for
             # writes that it does not have.
             if not (state.changed or state.deleted):

@@ -53,6 +53,9 @@ class QueueSettings:
 
     def __init__(self, state: EngineState) -> None:
         self.state = state
+        # The queues whose settings changed since the last `take_writes` (stored.py): the
+        # state's set, since other components change settings too (groups, DLQ, admin).
+        self.unstored = state.changed_settings
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -196,10 +199,6 @@ class QueueSettings:
             log.warning("queue %s: stored DLQ settings %r ignored: %s", queue.name, stored, exc)
             self.state.changed_settings.add(queue.name)
             return {}
-
-    def has_writes(self) -> bool:
-        """Whether a queue's settings changed since the last `take_writes` (stored.py)."""
-        return bool(self.state.changed_settings)
 
     def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Queue settings to write or delete since the last commit."""

@@ -9,6 +9,7 @@ implements `StoresRecords`, and `Engine.stored` lists them, so the actor's commi
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Protocol
 
 from store import Record
@@ -26,8 +27,14 @@ RecordWrites = tuple[list[Record], list[tuple[str, str]]]
 class StoresRecords(Protocol):
     """A component whose state is stored as records."""
 
-    def has_writes(self) -> bool:
-        """Whether anything changed since the last `take_writes` (asked after every pass)."""
+    @property
+    def unstored(self) -> Collection[object]:
+        """What changed since the last `take_writes`: empty when nothing did.
+
+        One collection for the component's life, changed only in place: the commit pipeline
+        reads it once and tests it after every pass. Measured with `python -m
+        benchmarks.phase_instructions --sqlite`, a `has_writes()` method per component cost a
+        Count 8% more instructions, an attribute read per pass 3%, this 0.4%."""
         ...
 
     def take_writes(self) -> RecordWrites:
@@ -48,10 +55,8 @@ class WorkInProgress:
     def __init__(self, state: EngineState, bulks: BulkRunner) -> None:
         self.state = state
         self.bulks = bulks
-
-    def has_writes(self) -> bool:
-        """Whether a tombstone or a bulk record was written or dropped since the last commit."""
-        return bool(self.state.purge_records)
+        # Tombstones and bulk records to write or delete (`take_purge_writes` empties it).
+        self.unstored = state.purge_records
 
     def take_writes(self) -> RecordWrites:
         """Tombstones and bulk records to write and to delete since the last commit."""

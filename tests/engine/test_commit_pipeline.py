@@ -16,6 +16,7 @@ from broker.engine.core import Engine
 from broker.engine.fanout import Fanout
 from broker.events import EventBus
 from protocol import decode_command
+from protocol.bulk import SLICED_ITEMS
 from store import StoreUnavailable
 from store.memory import MemoryStore
 from tests.conftest import EPOCH_MS
@@ -159,3 +160,55 @@ async def test_a_threaded_pass_with_nothing_to_store_is_answered_at_once() -> No
     run(engine, client, cmd="Count", queue="q")
     pipeline.launch()
     assert log == ["reply a"] and pipeline.in_flight is None
+
+
+class LoggedStore(MemoryStore):
+    """A memory store that notes what each commit wrote: rows, and the kinds of records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[tuple[int, set[str]]] = []
+
+    def commit(self, upserts: Any, deletes: Any, *, sync: bool, records: Any = (),
+               record_deletes: Any = ()) -> None:  # fmt: skip
+        """Commit, then note it."""
+        super().commit(upserts, deletes, sync=sync, records=records, record_deletes=record_deletes)
+        kinds = {record.kind for record in records} | {kind for kind, _ in record_deletes}
+        self.written.append((len(upserts) + len(deletes), kinds))
+
+
+RECORDS_ONLY = {
+    "queue settings": ([{"cmd": "Pause", "queue": q} for q in "ab"], "queue"),
+    "a cron": (
+        [{"cmd": "Cron", "name": n, "queue": "q", "repeatEvery": 60_000} for n in "ab"],
+        "cron",
+    ),
+    "a webhook": (
+        [{"cmd": "AddWebhook", "url": "https://example.com/h", "events": ["*"]}] * 2,
+        "webhook",
+    ),
+    # Checked in slices, one pass each, each slice's items stored as a part.
+    "a large push's checked items": (
+        [{"cmd": "PUSHB", "queue": "q", "jobs": [{"data": n} for n in range(3 * SLICED_ITEMS)]}],
+        "bulk-part",
+    ),
+}
+
+
+@pytest.mark.parametrize(("changes", "kind"), RECORDS_ONLY.values(), ids=list(RECORDS_ONLY))
+async def test_passes_that_change_only_records_are_stored(
+    changes: list[dict[str, Any]], kind: str
+) -> None:
+    # No job changed: the pipeline finds the changes by asking each component (Engine.stored),
+    # after every commit (the second pass is asked after the first one's writes were taken).
+    store = LoggedStore()
+    engine, pipeline = await loaded(store)
+    client = Client(pipeline.fanout.outbox, [], "a")
+    for change in changes:
+        run(engine, client, **change)
+        pipeline.commit()
+    for _ in range(3):  # a large command checks its items in the passes that follow
+        if engine.bulks.running:
+            engine.bulks.advance(EPOCH_MS)
+        pipeline.commit()
+    assert store.written.count((0, {kind})) >= 2, store.written
