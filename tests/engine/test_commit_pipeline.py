@@ -1,5 +1,6 @@
-"""The commit pipeline (broker/engine/commits.py): a pass's replies wait for its commit, and a
-pass the database could not take is retried until it is stored whole."""
+"""The commit pipeline (broker/engine/commits.py): a pass's replies wait for its commit, a pass
+the database could not take is retried until it is stored whole, and a pass that changed only
+records (settings, crons, webhooks, a large command's parts) is stored too."""
 
 from __future__ import annotations
 
@@ -199,8 +200,8 @@ RECORDS_ONLY = {
 async def test_passes_that_change_only_records_are_stored(
     changes: list[dict[str, Any]], kind: str
 ) -> None:
-    # No job changed: the pipeline finds the changes by asking each component (Engine.stored),
-    # after every commit (the second pass is asked after the first one's writes were taken).
+    # No job changed: the pipeline finds the changes in each component's `unstored` (stored.py),
+    # after every commit (the second pass's after the first one's writes were taken).
     store = LoggedStore()
     engine, pipeline = await loaded(store)
     client = Client(pipeline.fanout.outbox, [], "a")
