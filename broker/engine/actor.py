@@ -9,41 +9,39 @@ pushes back on clients through TCP.
 Everything waiting in the inbox when a pass starts shares that pass and its transaction
 (group commit). An idle actor lets a connection run its batch inline (see submit_inline), once per
 turn of the scheduler: the other connections of that turn queue and share the actor's next pass.
+
+The actor schedules; the rest is its helpers': the commit pipeline (commits.py: on the loop, on
+a worker thread, withheld in an outage), the fan-out of replies and events (fanout.py), and
+start-up (startup.py, over the components that store records, stored.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import logging
 import math
 from typing import Any
 
 import attrs
 import trio
 
-from store import Store, StoreError, StoreUnavailable
+from store import Store, StoreError
 
 from ..clock import Clock
 from ..events import EventBus
+from . import startup
+from .commits import CommitPipeline
 from .core import Engine
-from .housekeeping import PURGE, Purge, purged_ids
-from .inflight import InFlightCommit
-from .model import Job
-from .records import RowLoader, job_to_row
+from .fanout import Fanout
 from .sink import ReplySink
 from .webhooks import Delivered
-
-log = logging.getLogger(__name__)
 
 INBOX_SIZE = 256
 MAX_BATCHES_PER_PASS = 32
 LOAD_SLICE = 10_000
-"""Stored rows read at start-up between two checkpoints."""
+"""Stored rows read at start-up between two checkpoints (startup.py)."""
 BULK_YIELDS = 5
 """Turns of the scheduler the actor sits out after a pass that ran a large command's slice."""
-COMMIT_RETRY_S = 0.2
-"""While the database is unreachable, how often a withheld commit is tried again."""
 LOADING_HOLD_S = 10.0
 """How long a command that arrives while the stored jobs load waits for the load to end
 before it is refused with LOADING (the official TypeScript client gives up on a command
@@ -105,10 +103,13 @@ class EngineActor:
         self.store = store
         self.bus = EventBus()
         engine.started_ms = clock.now_ms()
-        self.bus.on_change = self._listening
+        self.fanout = Fanout(engine.state, clock, self.bus)
         self.inbox, self._receive = trio.open_memory_channel[Any](INBOX_SIZE)
         # Sessions with staged replies register here; their replies are sent after the commit.
-        self.outbox: set[ReplySink] = set()
+        self.outbox: set[ReplySink] = self.fanout.outbox
+        self.commits = CommitPipeline(
+            store, engine.state, engine.stored, self.fanout, self._wake_if_parked
+        )
         self.on_pass: Any = None  # observes how many commands each pass ran (metrics)
         # The deadline the actor sleeps until while parked on an empty inbox; None when busy.
         self._armed_deadline: float | None = None
@@ -123,16 +124,9 @@ class EngineActor:
         self.loaded = trio.Event()
         """Set once the stored jobs are loaded (`restore`); commands wait for it (`submit`)."""
         self._frozen = False  # whether `restore` froze the objects it loaded (gc.freeze)
-        # A pass's writes the store could not take (StoreUnavailable): its replies wait until
-        # they are stored, and no other pass runs meanwhile (writes stay in order).
-        self._unstored: tuple[Any, ...] | None = None
         # A store failure met in an inline pass: raised again in the actor's own task, so it
         # ends the engine (fail-stop, or a step-down in ha.py), not the caller's connection.
         self._failure: StoreError | None = None
-        # A store that opts in (`commit_in_thread`, PostgreSQL: a commit is a network round
-        # trip) is committed on a worker thread while the next pass runs (_serve_pipelined).
-        self._threaded = bool(getattr(store, "commit_in_thread", False))
-        self._in_flight: InFlightCommit | None = None
         # Commands of sessions whose clients have not read their replies (`ReplySink.full`),
         # in arrival order, and the sessions that have room for them again (see _run_batch).
         self._held_unread: dict[ReplySink, list[Any]] = {}
@@ -145,62 +139,26 @@ class EngineActor:
         self._held_for_bulk = engine.bulks.held
 
     async def restore(self) -> None:
-        """Start-up step, before `run`: rebuild the engine from the store (nothing without one).
+        """Start-up step, before `run`: rebuild the engine from the store (nothing without one)
+        and store what the restart changed (startup.py).
 
-        The ports are open meanwhile: the task checkpoints every LOAD_SLICE rows and restored
+        The ports are open meanwhile: the load checkpoints every LOAD_SLICE rows and restored
         jobs, so Ping, `/health` and `/ready` (503) answer, while commands wait for `loaded`
-        (`submit`). Rows are decoded as they are read (never all held at once, which doubled
-        the start-up's peak memory), into the memory layout of jobs pushed live (RowLoader).
-        Rows a stored tombstone lists (a large removal cut short) are skipped and that removal
-        resumes. `run` calls it itself when nobody did: an engine that serves without having
-        restored would track no changes, and so store none.
-
-        The cyclic garbage collector is off while it runs, and what it loaded is then frozen
-        (`gc.freeze`) until the engine stops (`run` returns): every object a load makes lives
-        on, and the collector's passes over them (20 for a million jobs, 0.6 to 1 s here, or
-        one as long once it is on again) freed nothing. Restored jobs are freed as any job
-        is, when the last reference goes (jobs form no reference cycles).
+        (`submit`). `run` calls it itself when nobody did: an engine that serves without having
+        restored would track no changes, and so store none. What it loaded stays frozen
+        (`gc.freeze`) until the engine stops (`run` returns).
         """
         self._restored = True
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            if self.store is not None:
-                await self._load(self.store)
-                self._frozen = collecting
-        finally:
-            if self._frozen:
-                gc.freeze()
-            if collecting:
-                gc.enable()
+        if self.store is not None:
+            self._frozen = await startup.frozen_after(self._load(self.store))
         self.loaded.set()
 
     async def _load(self, store: Store) -> None:
-        engine = self.engine
+        """Load what `store` holds, then commit what the restart itself changed (requeued,
+        expired jobs): nothing is served before that is stored."""
         now = self.clock.now_ms()
-        records = store.load_records()
-        skipped = purged_ids(records)
-        jobs: list[Job] = []
-        held: set[str] = set()
-        load = RowLoader().load
-        for n, body in enumerate(store.scan_bodies(), 1):
-            if n % LOAD_SLICE == 0:
-                await trio.lowlevel.checkpoint()
-            job, was_held = load(body)
-            if skipped and job.id in skipped:
-                continue
-            jobs.append(job)
-            if was_held:
-                held.add(job.id)
-        for _ in engine.state.restore(jobs, held, now):
-            await trio.lowlevel.checkpoint()
-        del jobs
-        engine.state.restore_purges([Purge.resumed(r) for r in records if r.kind == PURGE])
-        engine.bulks.restore(records)  # committed large commands go on from where they got
-        engine.crons.restore(records, now)
-        engine.settings.restore(records, now)
-        engine.webhooks.restore(records)
-        self._commit_to(store)  # what the restart itself changed (requeued, expired)
+        await startup.load(self.engine, store, now, LOAD_SLICE)
+        self.commits.commit_or_raise()
 
     def answer_parked_message(self) -> AnswerParked:
         """The inbox message that answers every parked long poll (used at shutdown)."""
@@ -215,7 +173,7 @@ class EngineActor:
         trio.lowlevel.add_instrument(new_turn)
         task_status.started()
         try:
-            if self._threaded:
+            if self.commits.threaded:
                 await self._serve_pipelined(self._receive)
             else:
                 await self._serve(self._receive)
@@ -226,6 +184,7 @@ class EngineActor:
                 gc.unfreeze()
 
     async def _serve(self, receive: Any) -> None:
+        commits = self.commits
         async with receive:
             while True:
                 items: list[Any] = []
@@ -235,7 +194,7 @@ class EngineActor:
                     return
                 if self._failure is not None:
                     raise self._failure
-                await self._store_withheld()  # an inline pass the database did not take
+                await commits.store_withheld()  # an inline pass the database did not take
                 while len(items) < MAX_BATCHES_PER_PASS:
                     try:
                         items.append(receive.receive_nowait())
@@ -243,9 +202,9 @@ class EngineActor:
                         break
                 self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
                 self._execute(items)
-                self._commit()
-                await self._store_withheld()
-                self._send_replies()
+                commits.commit()
+                await commits.store_withheld()
+                self.fanout.send_replies()
                 if self.store is not None:
                     self.store.tidy()  # after the replies: a due checkpoint delays none of them
                 if self._queued_batches:
@@ -262,22 +221,18 @@ class EngineActor:
         never before their commit returned. Failures are `_serve`'s: LeaseLost and StoreError
         end the actor with the replies unsent, StoreUnavailable withholds and retries.
 
-        Measured against committing on the loop (`python -m benchmarks.loadgen --compare --modes
-        postgres --baseline <main> --baseline <threaded, next pass waiting>`, 5 interleaved runs,
-        a 2-core machine at load 12-17): pipelined / on the loop 1.31x PUSH 16x8, 1.42x PULL+ACK,
-        1.13x producers+workers, 1.07x sequential PUSH; push-to-start at 500 jobs/s p50 53 ms
-        against 311 ms, p99 186 against 933 ms. A thread that only let the loop read meanwhile
-        (the next pass waiting for the commit) came out between the two.
+        Why a thread, measured: commits.py.
         """
+        commits = self.commits
         async with receive:
             while True:
-                if self._in_flight is not None and self._in_flight.done:
-                    await self._settle()  # stored while idle: release before sleeping
+                if commits.returned:
+                    await commits.settle()  # stored while idle: release before sleeping
                 items: list[Any] = []
                 try:
                     await self._wait_for_work(items)
                 except trio.EndOfChannel:
-                    await self._settle()
+                    await commits.settle()
                     return
                 while len(items) < MAX_BATCHES_PER_PASS:
                     try:
@@ -286,42 +241,10 @@ class EngineActor:
                         break
                 self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
                 self._execute(items)  # while the previous pass's commit is in flight
-                await self._settle()
-                self._launch()
+                await commits.settle()
+                commits.launch()
                 if self._queued_batches:
                     await trio.lowlevel.checkpoint()  # as in _serve: let the others run
-
-    def _launch(self) -> None:
-        """Start the pass's commit on a worker thread, its replies and events detached until
-        it returns; with nothing to write, release them at once (the previous is settled)."""
-        outbox = self.outbox
-        releases = [session.take_staged() for session in outbox]
-        outbox.clear()
-        state = self.engine.state
-        events = list(state.events)
-        state.events.clear()
-        writes = self._take_writes()
-        if writes is None:
-            self._release(releases, events)
-            return
-        self._in_flight = InFlightCommit(writes, releases, events, self._wake_if_parked)
-        self._in_flight.start(self._write)
-
-    async def _settle(self) -> None:
-        """Wait for the commit in flight, if any, and release its replies and events. An
-        unreachable database withholds them, retrying (`_store_withheld`); LeaseLost or a
-        StoreError is raised, the replies never released."""
-        in_flight = self._in_flight
-        if in_flight is None:
-            return
-        try:
-            await in_flight.wait()
-        except StoreUnavailable as exc:
-            self._unstored = in_flight.writes
-            self._outage(exc)
-            await self._store_withheld()
-        self._in_flight = None
-        self._release(in_flight.releases, in_flight.events)
 
     def _wake_if_parked(self) -> None:
         """A commit returned (or held commands may run): an actor asleep on its empty inbox
@@ -330,12 +253,6 @@ class EngineActor:
             with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError,
                                      trio.ClosedResourceError):  # fmt: skip
                 self.inbox.send_nowait(Wake())
-
-    def _release(self, releases: list[Any], events: list[Any]) -> None:
-        """Send a stored pass's replies, then publish its events (as `_send_replies`)."""
-        for release in releases:
-            release()
-        self._publish(events)
 
     async def submit(self, batch: Batch | Delivered) -> None:
         """Run a session's batch (or apply a webhook delivery's outcome): at once in the
@@ -409,24 +326,25 @@ class EngineActor:
     def _run_inline(self, items: list[Any]) -> bool:
         """`submit_inline` of one pass of several items."""
         armed = self._armed_deadline
-        busy = self._queued_batches or self._inline_spent or self._unstored or self._failure
+        commits = self.commits
+        busy = self._queued_batches or self._inline_spent or commits.withheld or self._failure
         # An inline pass cannot wait for a threaded commit: it goes through the inbox.
-        busy = busy or self._threaded
+        busy = busy or commits.threaded
         if armed is None or busy:
             return False
         self._inline_spent = True
         self._execute(items)
         try:
             if self.store is not None:  # memory mode: not even the call
-                self._commit()
+                commits.commit()
         except StoreError as exc:  # the actor raises it; the replies are never released
             self._failure = exc
-        if self._unstored is not None or self._failure is not None:
+        if commits.withheld is not None or self._failure is not None:
             # The actor retries the writes (it may wait) and then replies, or raises the failure.
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
             return True
-        self._send_replies()
+        self.fanout.send_replies()
         if self.store is not None:
             self.store.tidy()  # as in _serve
         state = self.engine.state
@@ -575,113 +493,3 @@ class EngineActor:
             if batch is not None:
                 ran += self._run_batch(session, batch, now)
         return ran
-
-    def _commit(self) -> None:
-        """Store the pass's changes in one transaction.
-
-        The commit runs on the event loop: measured here for SQLite, a worker thread cost more
-        in hand-off and GIL contention than it won in overlap (PostgreSQL, whose commit is a
-        network round trip, commits on a thread instead: `_serve_pipelined`). A store failure
-        stops the broker (fail-stop): the pass's replies have not been sent, so no client was
-        told `ok` for a change that is not stored, and a restart resumes from the last commit.
-        An unreachable database (StoreUnavailable) is the exception: the writes are kept and
-        `_store_withheld` retries them, replies still withheld, until they are stored or the
-        broker steps down (ha.py cancels the actor).
-        """
-        if self.store is None:
-            return
-        writes = self._take_writes()
-        if writes is None:
-            return
-        rows, deleted, sync, records, record_deletes = writes
-        try:
-            self.store.commit(rows, deleted, sync=sync, records=records,
-                              record_deletes=record_deletes)  # fmt: skip
-        except StoreUnavailable as exc:
-            self._unstored = writes
-            self._outage(exc)
-
-    def _write(self, writes: tuple[Any, ...]) -> None:
-        """`Store.commit` of `_take_writes`'s tuple (the body of a threaded commit)."""
-        assert self.store is not None
-        rows, deleted, sync, records, record_deletes = writes
-        self.store.commit(rows, deleted, sync=sync, records=records,
-                          record_deletes=record_deletes)  # fmt: skip
-
-    async def _store_withheld(self) -> None:
-        """Retry the withheld writes every COMMIT_RETRY_S until the store takes them. A lost
-        lease (LeaseLost) ends the actor, the replies unsent."""
-        store = self.store
-        if self._unstored is None or store is None:
-            return
-        started = trio.current_time()  # the failed commit was just now: the outage began
-        while True:
-            await trio.sleep(COMMIT_RETRY_S)
-            try:
-                if self._threaded:  # a reconnect may wait: not on the loop
-                    await trio.to_thread.run_sync(self._write, self._unstored)
-                else:
-                    self._write(self._unstored)
-            except StoreUnavailable:
-                continue  # the outage was logged once, at its first failure (`_outage`)
-            break
-        self._unstored = None
-        log.info("commits stored again after %.1f s", trio.current_time() - started)
-
-    def _outage(self, exc: StoreUnavailable) -> None:
-        """Log an outage's start with its cause (the retries that follow are not logged)."""
-        log.warning("cannot commit; replies withheld, retrying: %s", exc)
-
-    def _take_writes(self) -> tuple[Any, ...] | None:
-        """The pass's writes as `Store.commit` arguments, or None when there are none."""
-        engine = self.engine
-        state = engine.state
-        records_changed = (
-            engine.crons.changed_crons or state.changed_settings or engine.webhooks.changed_hooks
-            or state.purge_records
-        )  # fmt: skip
-        if not records_changed:
-            # Jobs only (a pass of pushes, pulls or acks): the four calls below, each finding
-            # nothing, cost 8.5k of the 160k instructions of a PUSH committed to SQLite.
-            if not (state.changed or state.deleted):
-                return None
-            jobs, deleted, sync = state.take_changes()
-            return [job_to_row(job) for job in jobs], deleted, sync, (), ()
-        changed, deleted, sync = state.take_changes()
-        records, record_deletes = self.engine.crons.take_writes()
-        state_writes = (self.engine.settings.take_writes(), self.engine.webhooks.take_writes())
-        for more, fewer in (*state_writes, self.engine.state.take_purge_writes()):
-            records += more
-            record_deletes += fewer
-        # Some record changed, so there is something to write (a changed cron, setting or
-        # hook is written or deleted; a purge's tombstone likewise).
-        rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
-        return rows, deleted, sync, records, record_deletes
-
-    def _commit_to(self, store: Store) -> None:
-        writes = self._take_writes()
-        if writes is not None:
-            rows, deleted, sync, records, record_deletes = writes
-            store.commit(rows, deleted, sync=sync, records=records, record_deletes=record_deletes)
-
-    def _send_replies(self) -> None:
-        outbox = self.outbox
-        for session in outbox:
-            session.send_staged()
-        outbox.clear()
-        state = self.engine.state
-        if state.events:
-            self._publish(state.events)
-        else:  # `_publish` with nothing to publish, inline: most passes emit no event
-            state.emitting = self.bus.listening()
-
-    def _publish(self, events: list[Any]) -> None:
-        """A pass is committed: now subscribers and webhooks may hear of its events."""
-        if events:
-            now = self.clock.now_ms()
-            self.bus.publish_recorded(events, now)
-            events.clear()
-        self.engine.state.emitting = self.bus.listening()  # webhooks may have come or gone
-
-    def _listening(self, listening: bool) -> None:
-        self.engine.state.emitting = listening

@@ -39,6 +39,7 @@ from .routing import AnyHandler, Command, Reply, Routes
 from .settings import QueueSettings
 from .sink import ReplySink
 from .state import EngineState
+from .stored import StoresRecords, WorkInProgress
 from .webhooks import WebhookRegistry
 from .workers import WorkerRegistry
 
@@ -67,6 +68,11 @@ class Engine:
         self.workers.announce = self.webhooks.announce = state.announce
         self.admin = QueueAdmin(state, self.pulls, self.info, self.bulks)
         self.dashboard = Dashboard(state, self.admin, self.jobs, self.workers, self.crons)
+        # What is stored as records (stored.py), in the order start-up restores it: the actor
+        # commits and restores through this list and names none of them.
+        self.stored: list[StoresRecords] = [
+            WorkInProgress(state, self.bulks), self.crons, self.settings, self.webhooks
+        ]
         routes = Routes()
         for component in (
             self.jobs, self.pulls, self.lifecycle, self.flows, self.settings, self.groups,

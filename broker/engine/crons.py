@@ -107,7 +107,8 @@ class CronScheduler:
     def __init__(self, state: EngineState) -> None:
         self.state = state
         self.crons: dict[str, Cron] = {}
-        self.changed_crons: set[str] = set()
+        # Names of the crons changed since the last `take_writes` (stored.py).
+        self.unstored: set[str] = set()
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -204,7 +205,7 @@ class CronScheduler:
 
     def _cron_changed(self, name: str) -> None:
         if self.state.tracking:  # only a store needs to hear of it
-            self.changed_crons.add(name)
+            self.unstored.add(name)
 
     def _arm_cron(self, cron: Cron) -> None:
         """Make `cron` the current one of its name and schedule its next fire. Each arming is
@@ -256,11 +257,11 @@ class CronScheduler:
     def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Crons to write and to delete since the last commit."""
         writes, deletes = [], []
-        for name in self.changed_crons:
+        for name in self.unstored:
             cron = self.crons.get(name)
             if cron is None:
                 deletes.append((CRON, name))
             else:
                 writes.append(cron.to_record())
-        self.changed_crons.clear()
+        self.unstored.clear()
         return writes, deletes

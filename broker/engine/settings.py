@@ -53,6 +53,9 @@ class QueueSettings:
 
     def __init__(self, state: EngineState) -> None:
         self.state = state
+        # The queues whose settings changed since the last `take_writes` (stored.py): the
+        # state's set, since other components change settings too (groups, DLQ, admin).
+        self.unstored = state.changed_settings
 
     def routes(self) -> Routes:
         """The commands this component answers."""

@@ -1170,9 +1170,10 @@ class EngineState:
 
     def take_purge_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Tombstones to write and to delete since the last commit."""
-        records, self.purge_records = self.purge_records, []
+        records = self.purge_records  # emptied in place: stored.py holds the list
         writes = [record for record in records if isinstance(record, Record)]
         deletes = [record for record in records if not isinstance(record, Record)]
+        records.clear()
         return writes, deletes
 
     def housekeeping_due(self) -> bool:

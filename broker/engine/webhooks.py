@@ -81,7 +81,8 @@ class WebhookRegistry:
         self.allow_private = allow_private  # targets that are not globally routable
         self._hooks: dict[str, Webhook] = {}
         self._stats: dict[str, DeliveryStats] = {}
-        self.changed_hooks: set[str] = set()
+        # Ids of the webhooks changed since the last `take_writes` (stored.py).
+        self.unstored: set[str] = set()
         # Records an event for the subscribers (the engine sets EngineState.announce).
         self.announce: Callable[[str, Reply], None] = lambda name, data: None
 
@@ -104,7 +105,7 @@ class WebhookRegistry:
         hook = Webhook(uuid7(), command.url, command.events, command.queue, command.secret,
                        True, now)  # fmt: skip
         self._hooks[hook.id] = hook
-        self.changed_hooks.add(hook.id)
+        self.unstored.add(hook.id)
         data = {"webhookId": hook.id, "url": hook.url, "events": hook.events,
                 "queue": hook.queue, "createdAt": now}  # fmt: skip
         self.announce("webhook:added", {"id": hook.id, "url": hook.url, "events": hook.events})
@@ -115,7 +116,7 @@ class WebhookRegistry:
         if self._hooks.pop(command.webhookId, None) is None:
             raise EngineError(NOT_FOUND)
         self._stats.pop(command.webhookId, None)
-        self.changed_hooks.add(command.webhookId)
+        self.unstored.add(command.webhookId)
         self.announce("webhook:removed", {"id": command.webhookId})
         return {"ok": True, "data": {"removed": True}}
 
@@ -136,7 +137,7 @@ class WebhookRegistry:
         if hook is None:
             raise EngineError(NOT_FOUND)
         hook.enabled = command.enabled
-        self.changed_hooks.add(hook.id)
+        self.unstored.add(hook.id)
         name = "webhook:enabled" if hook.enabled else "webhook:disabled"
         self.announce(name, {"webhookId": hook.id})
         return {"ok": True}
@@ -185,17 +186,17 @@ class WebhookRegistry:
     def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Webhooks to write or delete since the last commit."""
         writes, deletes = [], []
-        for webhook_id in self.changed_hooks:
+        for webhook_id in self.unstored:
             hook = self._hooks.get(webhook_id)
             if hook is None:
                 deletes.append((WEBHOOK, webhook_id))
             else:
                 writes.append(Record(WEBHOOK, webhook_id, _encode(attrs.asdict(hook))))
-        self.changed_hooks.clear()
+        self.unstored.clear()
         return writes, deletes
 
-    def restore(self, records: list[Record]) -> None:
-        """Start-up: load the stored webhooks."""
+    def restore(self, records: list[Record], now: float) -> None:
+        """Start-up: load the stored webhooks (`now` is the protocol's, stored.py: unused)."""
         for record in records:
             if record.kind == WEBHOOK:
                 fields = _decode(record.body)

@@ -232,7 +232,7 @@ def contain_failures(what: str, peer_gone: tuple[type[BaseException], ...]) -> I
     """Serve one connection inside this: its unexpected error is logged (once, with its
     traceback) and ends that connection only. An error in `peer_gone` (the client left or
     broke the protocol) ends it silently. A store failure is not contained: the broker stops
-    (fail-stop, see EngineActor._commit)."""
+    (fail-stop, see CommitPipeline in engine/commits.py)."""
     try:
         yield
     except* StoreError:

@@ -266,7 +266,7 @@ class HttpServer:
         try:
             return await self.respond(request, body)
         except StoreError:
-            raise  # not this request's fault: the broker stops (fail-stop, EngineActor._commit)
+            raise  # not this request's fault: the broker stops (fail-stop, engine/commits.py)
         except Exception:
             log.exception("HTTP request %s %r failed", request.method, request.target)
             return error(500, "Internal server error")
