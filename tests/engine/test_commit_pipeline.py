@@ -20,7 +20,7 @@ from protocol import decode_command
 from protocol.bulk import SLICED_ITEMS
 from store import StoreUnavailable
 from store.memory import MemoryStore
-from tests.conftest import EPOCH_MS
+from tests.support.app import EPOCH_MS
 
 
 class Client:
