@@ -20,9 +20,9 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from store import Store, open_postgres, open_sqlite
 from tests.support.client import FrameClient
 from tests.support.postgres import PrivateServer, kept_server, start_private_server

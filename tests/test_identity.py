@@ -8,7 +8,14 @@ import os
 import attrs
 import pytest
 
-from broker.identity import UNKNOWN, Holder, process_alive, proven_gone, start_time, this_process
+from broker.node.identity import (
+    UNKNOWN,
+    Holder,
+    process_alive,
+    proven_gone,
+    start_time,
+    this_process,
+)
 
 ME = Holder(
     host="box", boot="boot-1", netns="4026531833", pidns="4026531836", pid=2000, start="900",

@@ -37,7 +37,7 @@ from ..engine.actor import LOADING, EngineActor
 from ..events import EVENT_NAMES
 from ..mcp.asgi import PATH as MCP_PATH
 from ..mcp.asgi import McpEndpoint
-from ..metrics import CONTENT_TYPE, Metrics
+from ..services.metrics import CONTENT_TYPE, Metrics
 from . import sse
 from .dashboard import Collector, StaticFiles, flag, heap_stats, page_bounds
 from .frontdoor import FrontDoor, bearer_authorized, contain_failures

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker import __version__
-from broker.cli import claim_data_dir
+from broker.node.cli import claim_data_dir
 from tests.e2e.conftest import ROOT, BrokerFactory, FrameSocket
 
 MAKE = shutil.which("make") or "make"

@@ -12,9 +12,9 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from tests.conftest import EPOCH_MS, Connect, memory_connector
 from tests.engine.test_events import drain
 from tests.engine.test_push_pull import push, state_of

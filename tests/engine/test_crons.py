@@ -7,9 +7,9 @@ from zoneinfo import ZoneInfo
 
 import trio
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from tests.conftest import StoreFactory, memory_connector
 from tests.engine.test_restart import Broker
 from tests.support.client import FrameClient

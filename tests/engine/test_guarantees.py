@@ -14,11 +14,11 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
 from broker.engine.actor import Batch, EngineActor
 from broker.engine.core import Engine
+from broker.node.app import App
+from broker.node.config import Config
 from protocol import decode_command
 from store import JobRow, LeaseLost, MemoryStore, Record, StoreError, StoreUnavailable
 from tests.conftest import EPOCH_MS, memory_connector

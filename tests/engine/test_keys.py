@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from broker.app import App
 from broker.engine.keys import DEBOUNCE, UNIQUE, KeyRegistry
+from broker.node.app import App
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.app import App
+from broker.node.app import App
 from store import open_sqlite
 from tests.conftest import Connect
 from tests.engine.test_lifecycle import logs_of

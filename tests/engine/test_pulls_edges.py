@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
+from broker.node.app import App
 from tests.conftest import Connect
 from tests.engine.test_lifecycle_edges import without_req_id
 from tests.engine.test_push_pull import push, state_of

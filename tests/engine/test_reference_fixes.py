@@ -8,8 +8,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.engine.lifecycle import MAX_WAITS_PER_CONNECTION, TOO_MANY_WAITS
+from broker.node.app import App
 from tests.conftest import Connect
 from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from broker.app import App
+from broker.node.app import App
 from tests.conftest import Connect
 from tests.engine.test_push_pull import push, state_of
 from tests.support.client import FrameClient

@@ -8,7 +8,7 @@ import json
 import trio
 import trio.testing
 
-from broker.app import App
+from broker.node.app import App
 from tests.engine.test_push_pull import push
 from tests.server.test_dashboard_api import SseClient
 from tests.server.test_websocket import call, connect

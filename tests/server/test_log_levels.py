@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import trio
 
-from broker.app import App
-from broker.config import Config
-from broker.ha import RoleLoop, keep_lease
+from broker.node.app import App
+from broker.node.config import Config
+from broker.node.ha import RoleLoop, keep_lease
 from store import StoreUnavailable
 from store.postgres import Lease
 

@@ -13,9 +13,9 @@ import h11
 import pytest
 import trio
 
-from broker.config import Config
 from broker.engine.webhooks import Delivered, Webhook, WebhookRegistry
-from broker.webhooks import WebhookDispatcher
+from broker.node.config import Config
+from broker.services.webhooks import WebhookDispatcher
 from tests.conftest import StoreFactory, memory_connector, start_app
 from tests.engine.test_push_pull import push
 from tests.engine.test_restart import Broker

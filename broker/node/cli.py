@@ -20,10 +20,11 @@ import trio
 
 from store import StoreError
 
-from . import __version__, logs
+from .. import __version__
+from ..mcp import stdio as mcp_stdio
+from . import logs
 from .app import open_store, serve_until_signalled
 from .config import DB_FILE, ENV_PREFIX, Config, ConfigError, load, settings
-from .mcp import stdio as mcp_stdio
 
 ALIASES = {"postgres_url": ["--postgres"]}
 """Shorter flags some settings also answer to (the issue's and README's spelling)."""
