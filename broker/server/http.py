@@ -43,7 +43,7 @@ from . import sse
 from .dashboard import Collector, StaticFiles, flag, heap_stats, page_bounds
 from .frontdoor import FrontDoor, bearer_authorized, contain_failures
 from .jsonwire import command_from, parse_json, reply_json
-from .routes import OPEN_PATHS, Answer, Page, Request, Route, build_message, match
+from .routes import OPEN_PATHS, Answer, Page, Request, Route, answer_page, build_message, match
 from .slots import call
 from .unsent import UnsentBytes
 from .websocket import ReplayStream, serve_websocket
@@ -276,7 +276,7 @@ class HttpServer:
         if route is None:
             return error(404, "Not found")
         if isinstance(route, Page):
-            return await route.answer(self, Request(params, parse_qs(url.query), {}))
+            return await answer_page(self, route, Request(params, parse_qs(url.query), {}))
         return await self._rest(route, params, url.query, body)
 
     async def _rest(

@@ -319,17 +319,26 @@ PageAnswer = Callable[[Pages, Request], Awaitable[Answer]]
 
 @dataclass(frozen=True)
 class Page:
-    """A route the HTTP server answers itself: method, path pattern, the page's method of
-    `Pages`, and whether it is open (no token; served while loading and on a standby)."""
+    """A route the HTTP server answers itself: method, path pattern, the name of the `Pages`
+    method answering it, and whether it is open (no token; served while loading and on a
+    standby)."""
 
     method: str
     pattern: re.Pattern[str]
-    answer: PageAnswer
+    answer: str
     open: bool = False
 
 
 def _page(method: str, path: str, answer: PageAnswer, *, open: bool = False) -> Page:
-    return Page(method, _path(path), answer, open)
+    # Named by the protocol's method (so mypy checks it exists), called on the server by name
+    # (`answer_page`): the protocol's own function is only its stub.
+    return Page(method, _path(path), answer.__name__, open)
+
+
+async def answer_page(pages: Pages, page: Page, request: Request) -> Answer:
+    """The page's answer, from the server's method of that name."""
+    answer: Callable[[Request], Awaitable[Answer]] = getattr(pages, page.answer)
+    return await answer(request)
 
 
 PAGES: list[Page] = [
