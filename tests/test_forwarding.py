@@ -1,6 +1,6 @@
-"""A standby's forwarding, bounded (broker/forwarding.py, ha.py): never to itself, few connection
-attempts to a target that refuses, a clear error frame for a client no active broker can be
-found for, and a cap on the clients waiting."""
+"""A standby's forwarding, bounded (broker/node/forwarding.py, ha.py): never to itself, few
+connection attempts to a target that refuses, a clear error frame for a client no active broker
+can be found for, and a cap on the clients waiting."""
 
 from __future__ import annotations
 

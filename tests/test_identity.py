@@ -1,5 +1,5 @@
 """When a broker may take a live lease over at once: only from a holder it can prove is its own
-dead predecessor (broker/identity.py); and what the lease row says of its holder."""
+dead predecessor (broker/node/identity.py); and what the lease row says of its holder."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The `trioq` command line: `trioq serve [options]`, and `trioq worker module:attr` (the
 client package's worker runner, trioq/cli.py, imported only when that command is used).
 
-Every setting of broker/config.py is a flag (`--http-port`), an environment variable
+Every setting of config.py is a flag (`--http-port`), an environment variable
 (`TRIOQ_HTTP_PORT`) and a key of the optional TOML file (`http_port`); `--help` lists them
 with their defaults.
 """
