@@ -42,7 +42,9 @@ def load_broker() -> Any:
         return importlib.import_module("broker.node.app"), importlib.import_module(
             "broker.node.config"
         )
-    except ModuleNotFoundError:
+    except ModuleNotFoundError as exc:
+        if exc.name != "broker.node":  # a tree of the new layout that fails to import
+            raise
         return importlib.import_module("broker.app"), importlib.import_module("broker.config")
 
 
