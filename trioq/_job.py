@@ -292,7 +292,7 @@ async def get_job(requester: Requester, job_id: str, data_type: Any = Any) -> Jo
     try:
         reply = decode_typed(payload, JobReply, GET_JOB)
     except ServerError as exc:
-        if "not found" in exc.message.lower():
+        if is_missing(exc):
             return None
         raise
     if reply.job is None:
