@@ -26,18 +26,18 @@ from ..clock import Clock
 from ..engine.actor import EngineActor
 from ..engine.core import Engine
 from ..engine.state import EngineState
+from ..server.http import HttpServer
+from ..server.tcp import TcpServer
+from ..server.unsent import MIB, UnsentBytes
 from ..services.broadcasts import Broadcasts
+from ..services.metrics import Metrics
+from ..services.webhooks import WebhookDispatcher
 from .config import Config
 
 if TYPE_CHECKING:
     from store.postgres import PostgresStore
 
 __all__ = ["App", "open_store", "serve_until_signalled"]
-from ..server.http import HttpServer
-from ..server.tcp import TcpServer
-from ..server.unsent import MIB, UnsentBytes
-from ..services.metrics import Metrics
-from ..services.webhooks import WebhookDispatcher
 
 # Named as before the move to broker/node/: operators filter and alert on it.
 log = logging.getLogger("broker.app")
