@@ -3,5 +3,5 @@
 `app` (the engine actor, its services and the TCP and HTTP servers under one nursery), `ha`
 (the role loop of a broker on PostgreSQL: standby or active) with `forwarding` and `identity`,
 `cli` (the `trioq` command), `config` and `logs`. Nothing below imports this package
-(tests/test_layering.py checks it for broker/server/).
+(tests/test_layering.py checks it for broker/server/, broker/mcp/ and broker/services/).
 """
