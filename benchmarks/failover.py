@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import BrokerProcess, FrameSocket
+from tests.support.broker import BrokerProcess, FrameSocket
 from tests.support.postgres import free_port, start_private_server
 
 BATCH = 1000  # jobs per PUSHB while filling

@@ -1,9 +1,10 @@
-"""Shared fixtures: an in-process broker on memory streams, a real one in a subprocess, and the
-session's private PostgreSQL server (started on first use, one per test session)."""
+"""Shared fixtures and hooks: an in-process broker on memory streams, a real one in a subprocess,
+private trioq processes (`broker_factory`), the session's private PostgreSQL server (started on
+first use, one per test session), and the real-time limit of every Trio test. Their helpers live
+in tests/support/."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import itertools
 import os
@@ -11,8 +12,7 @@ import secrets
 import select
 import subprocess
 import sys
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +20,17 @@ import pytest
 import trio
 import trio.testing
 
-from broker.clock import Clock
 from broker.node.app import App
-from broker.node.config import Config
 from store import Store, open_postgres, open_sqlite
+from tests.support.app import START_TIMEOUT_S, Connect, memory_connector, start_app
+from tests.support.broker import BrokerFactory, BrokerProcess
 from tests.support.client import FrameClient
-from tests.support.postgres import PrivateServer, kept_server, start_private_server
-
-EPOCH_MS = 1_800_000_000_000.0
-START_TIMEOUT_S = 20.0  # a broker that never starts fails the tests that need it
-
-TRIO_TEST_TIMEOUT_S = 60.0
-"""Real seconds a Trio test may run. pytest-timeout's limit (pyproject.toml) is the backstop for
-everything else: its signal method breaks a Trio run, so it ends the whole run instead."""
-MUTANT_TEST_TIMEOUT_S = 30.0
-"""The limit while mutmut tests a mutant (`make mutation`): a mutant that leaves a test waiting
-for ever (a poll never answered) is killed in 30 s, not 60. The slowest test but the model test
-takes about 5 s there; the model test (tests/model) keeps the full limit."""
-
-Connect = Callable[[], Awaitable[FrameClient]]
-StoreFactory = Callable[[], Store]
-"""Opens one broker's durable store, again after each close (a restart)."""
+from tests.support.postgres import PrivateServer, drop_schemas, kept_server, start_private_server
+from tests.support.stores import StoreFactory
+from tests.support.time_limits import (
+    real_time_limit_s,
+    with_real_time_limit,
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -49,58 +39,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         test = getattr(item, "obj", None)
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(test):
             item.obj = with_real_time_limit(test, real_time_limit_s(item))
-
-
-def real_time_limit_s(item: pytest.Item) -> float:
-    """TRIO_TEST_TIMEOUT_S, or MUTANT_TEST_TIMEOUT_S while mutmut runs a mutant's tests (it
-    names the mutant in MUTANT_UNDER_TEST; its clean and statistics runs keep the full limit)."""
-    testing_a_mutant = "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")
-    if testing_a_mutant and not item.nodeid.startswith("tests/model/"):
-        return MUTANT_TEST_TIMEOUT_S
-    return TRIO_TEST_TIMEOUT_S
-
-
-def with_real_time_limit(test: Any, limit_s: float) -> Any:
-    """The async test `test`, failed (its fixtures torn down as usual) after `limit_s` seconds
-    of wall-clock time. The wait runs in a thread, so MockClock tests are timed in real time."""
-
-    @functools.wraps(test)
-    async def limited(*args: Any, **kwargs: Any) -> None:
-        finished = threading.Event()
-
-        async def watchdog() -> None:
-            wait = functools.partial(finished.wait, limit_s)
-            if not await trio.to_thread.run_sync(wait, abandon_on_cancel=True):
-                pytest.fail(f"{test.__name__} still running after {limit_s:.0f} s (real time)")
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(watchdog)
-            try:
-                await test(*args, **kwargs)
-            finally:
-                finished.set()
-                nursery.cancel_scope.cancel()
-
-    return limited
-
-
-async def start_app(nursery: trio.Nursery, config: Config | None = None) -> App:
-    """Start an App on port 0 with a clock pinned to EPOCH_MS at the current Trio time."""
-    app = App(config or Config(port=0, http_port=0, memory=True), clock=Clock(EPOCH_MS))
-    await nursery.start(app.run)
-    return app
-
-
-def memory_connector(app: App, nursery: trio.Nursery) -> Connect:
-    """Returns a function that opens an in-memory connection to `app`."""
-
-    async def connect() -> FrameClient:
-        client_stream, server_stream = trio.testing.memory_stream_pair()
-        assert app.tcp is not None
-        app.tcp.adopt(server_stream)
-        return FrameClient(client_stream)
-
-    return connect
 
 
 @pytest.fixture
@@ -176,21 +114,6 @@ def postgres_server(session_tag: str) -> Iterator[PrivateServer]:
         server.destroy()
 
 
-def drop_schemas(server: PrivateServer, prefix: str) -> None:
-    """Drop every schema whose name starts with `prefix` (starting the server if a test left
-    it down)."""
-    import psycopg
-
-    if not server.running():
-        server.start()
-    with psycopg.connect(server.url, autocommit=True) as connection:
-        names = connection.execute(
-            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)
-        ).fetchall()
-        for (name,) in names:
-            connection.execute(f'DROP SCHEMA "{name}" CASCADE')
-
-
 @pytest.fixture
 def pg_schema(postgres_server: PrivateServer, session_tag: str) -> str:
     """A schema name no other test of the session, nor any other session, uses, so tests do
@@ -222,3 +145,29 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Any) -> StoreFactory
         return store
 
     return open_leading_postgres
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
+    """Start private trioq processes (`factory(*extra_args, data_dir=None, postgres=None)`); all
+    are stopped at teardown. Memory-only unless `data_dir` names a directory for the SQLite
+    store or `postgres` a (URL, schema) for the PostgreSQL one."""
+    started: list[BrokerProcess] = []
+    counter = itertools.count(1)
+
+    def start(
+        *args: str,
+        command: list[str] | None = None,
+        data_dir: Path | None = None,
+        postgres: tuple[str, str] | None = None,
+    ) -> BrokerProcess:
+        path = tmp_path / f"broker-{next(counter)}.stderr"
+        broker = BrokerProcess(
+            *args, stderr_path=path, command=command, data_dir=data_dir, postgres=postgres
+        )
+        started.append(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import real_time_limit_s
 from tests.support import mutation_record
 from tests.support.mutation_record import recorded_results, seed
 from tests.support.mutation_score import tally
+from tests.support.time_limits import real_time_limit_s
 
 SOURCE = "store/sqlite.py"
 PREFIX = "store.sqlite."

@@ -10,9 +10,8 @@ from typing import Any
 
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import FrameSocket
-
-from .conftest import Dashboard
+from tests.support.broker import FrameSocket
+from tests.support.browser import Dashboard
 
 NO_RELOAD_MARK = "window.__stillTheSamePage = true"
 

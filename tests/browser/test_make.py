@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e.test_cli import make, make_checkout
+from tests.support.make import make, make_checkout
 
 
 def test_make_without_chromium_says_so_in_one_line(tmp_path: Path) -> None:

@@ -8,10 +8,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from tests.e2e.conftest import ROOT, BrokerFactory, FrameSocket
-from tests.e2e.test_http_port import free_port
-
-from .conftest import chromium_path
+from tests.support.broker import ROOT, BrokerFactory, FrameSocket, free_port
+from tests.support.browser import chromium_path
 
 RUN_TIMEOUT_S = 120
 

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import trioq
-
-from .conftest import Broker, run_async
+from tests.support.client_broker import Broker, run_async
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,7 @@ import msgspec
 import pytest
 
 import trioq
-
-from .conftest import Broker, Run
+from tests.support.client_broker import Broker, Run
 
 
 async def echo(job: trioq.Job[Any]) -> Any:

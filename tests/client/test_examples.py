@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Broker
+from tests.support.client_broker import Broker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

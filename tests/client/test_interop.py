@@ -13,9 +13,8 @@ from typing import Any
 from bunqueue import Worker as SdkWorker
 
 import trioq
-from tests.interop.test_typescript_sdk import BUN, HERE
-
-from .conftest import Broker, run_async
+from tests.support.client_broker import Broker, run_async
+from tests.support.typescript import BUN, HERE
 
 JOBS = 5
 

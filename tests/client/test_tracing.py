@@ -13,8 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import trioq
-
-from .conftest import Broker, Run
+from tests.support.client_broker import Broker, Run
 
 
 @pytest.fixture

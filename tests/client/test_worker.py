@@ -10,8 +10,7 @@ import anyio
 import pytest
 
 import trioq
-
-from .conftest import Broker, Run
+from tests.support.client_broker import Broker, Run
 
 
 def test_a_cancelled_call_leaves_the_connection_in_step(run: Run, queue_name: str,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .conftest import BrokerFactory, BrokerProcess, FrameSocket, encode_frame, poll_until
+from tests.support.broker import BrokerFactory, BrokerProcess, FrameSocket, encode_frame, poll_until
 
 JOBS = 30_000  # a 0.5 MB PUSHB frame: tens of slices
 

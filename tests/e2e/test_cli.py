@@ -4,7 +4,6 @@ line (exit 2) before anything is created, not a traceback."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -14,9 +13,8 @@ import pytest
 
 from broker import __version__
 from broker.node.cli import claim_data_dir
-from tests.e2e.conftest import ROOT, BrokerFactory, FrameSocket
-
-MAKE = shutil.which("make") or "make"
+from tests.support.broker import BrokerFactory, FrameSocket
+from tests.support.make import make, make_checkout
 
 
 def serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -200,31 +198,6 @@ def test_version_is_printed() -> None:
     command = [sys.executable, "-m", "broker", "--version"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=30)
     assert (result.returncode, result.stdout) == (0, f"trioq {__version__}\n")
-
-
-def make_checkout(tmp_path: Path, tools: dict[str, str]) -> tuple[Path, dict[str, str]]:
-    """A copy of the Makefile and the interop package files, and an environment whose PATH
-    holds only the given fake tools (shell scripts), so no real npm or apt-get can run."""
-    checkout = tmp_path / "checkout"
-    interop = checkout / "tests" / "interop" / "ts"
-    interop.mkdir(parents=True)
-    for name in ("Makefile", "pyproject.toml"):
-        shutil.copy(ROOT / name, checkout)
-    for name in ("package.json", "package-lock.json"):
-        shutil.copy(ROOT / "tests" / "interop" / "ts" / name, interop)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, script in {"touch": 'exec /usr/bin/touch "$@"', **tools}.items():
-        (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
-        (bin_dir / name).chmod(0o755)
-    return checkout, {"PATH": str(bin_dir)}
-
-
-def make(checkout: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    command = [MAKE, "-s", *args]
-    return subprocess.run(
-        command, cwd=checkout, env=env, capture_output=True, text=True, timeout=60
-    )
 
 
 def test_make_test_without_npm_says_so_in_one_line(tmp_path: Path) -> None:

@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.interop.test_typescript_sdk import BUN, HERE
-
-from .conftest import ROOT, BrokerFactory, FrameSocket
+from tests.support.broker import ROOT, BrokerFactory, FrameSocket
+from tests.support.typescript import BUN, HERE
 
 EXAMPLES = ROOT / "examples"
 RUN_TIMEOUT_S = 60

@@ -18,10 +18,9 @@ import httpx
 import psycopg
 import pytest
 
+from tests.support.broker import BrokerFactory, BrokerProcess, FrameSocket, poll_until
+from tests.support.pipelines import get_jobs, lease_all, pipeline, push_batch
 from tests.support.postgres import PrivateServer, free_port
-
-from .conftest import BrokerFactory, BrokerProcess, FrameSocket, poll_until
-from .test_crash import get_jobs, lease_all, pipeline, push_batch
 
 TTL = "1"  # --lease-ttl-s: short, so that a takeover comes within a second or two
 SEEDS = range(int(os.environ.get("TRIOQ_FAILOVER_SEEDS", "3")))  # `make soak` sets more

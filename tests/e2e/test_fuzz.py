@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, Phase, assume, given, note, seed, settings
 from hypothesis import strategies as st
 from msgspec.msgpack import Ext
 
-from .conftest import MAX_FRAME, BrokerFactory, BrokerProcess, FrameSocket, encode, frame
+from tests.support.broker import MAX_FRAME, BrokerFactory, BrokerProcess, FrameSocket, encode, frame
 
 SHRINK = os.environ.get("TRIOQ_FUZZ_SHRINK") == "1"
 # The long run (`make soak`): TRIOQ_FUZZ_FRAMES=1000000 sends that many frames at least, in

@@ -28,9 +28,7 @@ from hypothesis import strategies as st
 from msgspec.msgpack import Ext
 
 from broker.server.routes import ROUTES
-
-from .conftest import BrokerFactory, BrokerProcess, FrameSocket
-from .test_http_port import free_port
+from tests.support.broker import BrokerFactory, BrokerProcess, FrameSocket, free_port
 
 # The long run (`make soak`): TRIOQ_FUZZ_REQUESTS=N runs N examples per test on a fresh random
 # seed (Hypothesis prints it on failure as @seed / @reproduce_failure); CI runs 150 derandomized.

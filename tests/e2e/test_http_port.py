@@ -11,13 +11,7 @@ import httpx
 from msgspec.msgpack import Ext
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import BrokerFactory, FrameSocket, poll_until
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.support.broker import BrokerFactory, FrameSocket, free_port, poll_until
 
 
 def test_metrics_scraped_over_http_parse(broker_factory: BrokerFactory) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .conftest import BrokerFactory, BrokerProcess, FrameSocket, poll_until
+from tests.support.broker import BrokerFactory, BrokerProcess, FrameSocket, poll_until
 
 ROUNDS = int(os.environ.get("TRIOQ_KILL_ROUNDS", "2"))
 SEED = int(os.environ.get("TRIOQ_KILL_SEED", str(random.randrange(2**32))))

@@ -7,10 +7,9 @@ from __future__ import annotations
 import httpx
 import psycopg
 
+from tests.support.broker import BrokerFactory, FrameSocket, poll_until
+from tests.support.pipelines import WINDOW, get_jobs, pipeline
 from tests.support.postgres import PrivateServer, free_port
-
-from .conftest import BrokerFactory, FrameSocket, poll_until
-from .test_crash import WINDOW, get_jobs, pipeline
 
 TTL = "1"  # --lease-ttl-s: a killed broker's lease keeps its successor waiting this long
 

@@ -14,9 +14,8 @@ import psutil
 import psycopg
 
 from store import open_postgres
+from tests.support.broker import REPLY_TIMEOUT_S, BrokerFactory, BrokerProcess, FrameSocket
 from tests.support.postgres import PrivateServer, free_port
-
-from .conftest import REPLY_TIMEOUT_S, BrokerFactory, BrokerProcess, FrameSocket
 
 LONG_TTL = "60"  # a restart that waited for the dead broker's lease would wait a minute
 FEW_FILES = 100  # a broker's open files: listeners, a database session, a few clients

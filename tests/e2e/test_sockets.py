@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import (
+from tests.support.broker import (
     MAX_FRAME,
     BrokerFactory,
     FrameSocket,

@@ -11,32 +11,10 @@ import trio.testing
 from broker.clock import Clock
 from broker.engine.actor import INBOX_SIZE, Batch, Disconnect, EngineActor
 from broker.engine.core import Engine
-from protocol import decode_command
-from tests.conftest import EPOCH_MS
+from tests.support.actor import RecordingSession, command
+from tests.support.app import EPOCH_MS
 
 ATTEMPTS = 20  # Trio shuffles who runs first in a round: each attempt has even odds
-
-
-class RecordingSession:
-    """A session that records the replies the engine gives it."""
-
-    full = False  # never holds its commands back (ReplySink.full)
-
-    def __init__(self, outbox: set[Any]) -> None:
-        self.closed = False
-        self.replies: list[dict[str, Any]] = []
-        self._outbox = outbox
-
-    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
-        self.replies.append(msgspec.msgpack.decode(msgspec.msgpack.encode(reply)))  # as sent
-        self._outbox.add(self)
-
-    def send_staged(self) -> None:
-        pass
-
-
-def command(**fields: Any) -> Any:
-    return decode_command(msgspec.msgpack.encode(fields))
 
 
 async def test_a_batch_never_overtakes_one_the_actor_took_from_its_inbox() -> None:

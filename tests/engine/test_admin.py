@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import trio
 
-from tests.conftest import StoreFactory
-from tests.engine.test_push_pull import pull_ids, push, state_of
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push, state_of
+from tests.support.stores import StoreFactory
 
 
 async def test_pause_and_resume(client: FrameClient, autojump_clock) -> None:
@@ -173,3 +173,40 @@ async def test_queue_settings_survive_a_restart(store_factory: StoreFactory) -> 
         client = await connect()
         assert (await client.call("IsPaused", queue="q"))["paused"] is True
         assert (await client.call("GetDlqConfig", queue="q"))["config"]["maxEntries"] == 5
+
+
+async def test_queue_limits_and_dlq_stats(client: FrameClient) -> None:
+    await client.call("SetConcurrency", queue="q", limit=1)
+    job_id = await push(client, maxAttempts=1)
+    await push(client)
+    await client.call("PULL", queue="q")
+    limits = (await client.call("GetQueueLimits", queue="q"))["data"]["limits"]
+    assert limits == {"rateLimit": None, "rateLimitTtl": 0.0, "concurrencyLimit": 1,
+                      "maxed": True}  # fmt: skip
+    await client.call("FAIL", id=job_id, error="boom")
+    stats = (await client.call("GetDlqStats", queue="q"))["data"]["stats"]
+    assert stats["total"] == 1
+    assert stats["byReason"]["max_attempts_exceeded"] == 1
+    assert stats["oldestEntry"] == stats["newestEntry"]
+    assert (await client.call("RemoveDlqJob", queue="q", jobId=job_id))["data"] == {"removed": True}
+    assert await state_of(client, job_id) == "unknown"
+
+
+async def test_a_paused_queues_ready_jobs_are_listed_as_paused(client: FrameClient) -> None:
+    waiting = await push(client)
+    urgent = await push(client, priority=5)
+    grouped = await push(client, groupId="g", priority=2)
+    later = await push(client, delay=60_000)
+    await client.call("Pause", queue="q")
+    listed = (await client.call("GetJobs", queue="q", state="paused"))["jobs"]
+    assert sorted((job["id"], job["state"]) for job in listed) == sorted(
+        [(waiting, "paused"), (urgent, "paused"), (grouped, "paused")]
+    )
+    counts = (await client.call("GetJobCounts", queue="q"))["counts"]
+    assert counts["paused"] == len(listed) == 3
+    both = (await client.call("GetJobs", queue="q", state=["paused", "delayed"]))["jobs"]
+    assert {(job["id"], job["state"]) for job in both} == {
+        (waiting, "paused"), (urgent, "paused"), (grouped, "paused"), (later, "delayed"),
+    }  # fmt: skip
+    assert (await client.call("GetJobs", queue="q", state="waiting"))["jobs"] == []
+    assert await state_of(client, waiting) == "waiting"  # GetState still says waiting

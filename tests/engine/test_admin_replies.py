@@ -13,10 +13,10 @@ from broker.engine.admin import rss_mib
 from broker.engine.core import Engine
 from broker.engine.telemetry import MAX_DATA_POINTS
 from protocol.admin import Prometheus
-from tests.conftest import StoreFactory
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of
+from tests.support.stores import StoreFactory
 
 
 async def settle(client: FrameClient, job_id: str, verdict: str, **fields: object) -> None:

@@ -22,7 +22,8 @@ from broker.engine.core import Engine
 from broker.engine.state import EngineState
 from protocol import decode_command
 from store import MemoryStore, Store, StoreError, open_sqlite
-from tests.conftest import EPOCH_MS, StoreFactory
+from tests.support.app import EPOCH_MS
+from tests.support.stores import StoreFactory
 
 BIG = 2_500  # items of a large batch (more than SLICED_ITEMS: sliced)
 _encode = msgspec.msgpack.Encoder().encode

@@ -6,8 +6,8 @@ from typing import Any
 
 import trio
 
-from tests.engine.test_push_pull import pull_ids, push
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push
 
 
 async def queues(client: FrameClient) -> list[str]:

@@ -6,13 +6,14 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import trio
+import trio.testing
 
 from broker.clock import Clock
 from broker.node.app import App
 from broker.node.config import Config
-from tests.conftest import StoreFactory, memory_connector
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker, memory_connector
 from tests.support.client import FrameClient
+from tests.support.stores import StoreFactory
 
 
 async def count(client: FrameClient, queue: str = "cq") -> int:
@@ -287,3 +288,33 @@ async def test_a_deleted_cron_stays_deleted_after_a_restart(
     async with broker.running() as connect:
         crons = (await (await connect()).call("CronList"))["crons"]
         assert [cron["name"] for cron in crons] == ["kept"]
+
+
+async def test_a_v3_cron_names_its_jobs_with_job_name_outside_data(
+    client: FrameClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    hello = await client.call("Hello", protocolVersion=3, capabilities=["separate-job-name"])
+    assert "separate-job-name" in hello["capabilities"]
+    data = {"to": "ada", "name": "kept"}  # a v3 client's data is left as it is
+    reply = await client.call(
+        "Cron", name="nightly", jobName="report", queue="c", data=data, repeatEvery=60_000,
+        immediately=True,
+    )  # fmt: skip
+    assert reply["cron"]["jobName"] == "report"
+    job = (await client.call("PULL", queue="c"))["job"]
+    assert (job["name"], job["data"]) == ("report", data)
+    assert (await client.call("CronGet", name="nightly"))["cron"]["jobName"] == "report"
+
+
+async def test_an_older_clients_cron_name_in_data_is_moved_out_as_push_does(
+    client: FrameClient,
+) -> None:
+    legacy = {"name": "legacy", "v": 1}
+    cron = {"queue": "c", "data": legacy, "repeatEvery": 60_000, "immediately": True}
+    await client.call("Cron", name="old", **cron)
+    job = (await client.call("PULL", queue="c"))["job"]
+    assert (job["name"], job["data"]) == ("legacy", {"v": 1})
+    await client.call("Cron", name="plain", queue="p", data=1, repeatEvery=60_000, immediately=True)
+    assert (await client.call("PULL", queue="p"))["job"]["name"] == "plain"  # the cron's name
+    bad = await client.call("Cron", name="bad", jobName=5, queue="c", data=1, repeatEvery=1000)
+    assert bad["error"] == "Job name must be a non-empty string of at most 256 characters"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 
 async def fail_now(client: FrameClient, queue: str, **fields: object) -> str:
@@ -91,3 +91,14 @@ async def test_queue_view_previews_the_oldest_failures(client: FrameClient, auto
     assert preview[0]["createdAt"] == job["createdAt"]
     other = (await client.call("DashboardQueue", queue="unused"))["data"]
     assert (other["paused"], other["dlqPreview"]) == (False, [])
+
+
+async def test_dashboard_views(client: FrameClient) -> None:
+    await push(client)
+    overview = (await client.call("DashboardOverview"))["data"]
+    assert overview["stats"]["totalPushed"] == 1
+    queues = (await client.call("DashboardQueues"))["data"]["queues"]
+    assert queues == [{"name": "q", "waiting": 1, "prioritized": 0, "delayed": 0, "active": 0,
+                       "dlq": 0, "paused": False}]  # fmt: skip
+    one = (await client.call("DashboardQueue", queue="q"))["data"]
+    assert (one["name"], one["counts"]["waiting"], one["dlqPreview"]) == ("q", 1, [])

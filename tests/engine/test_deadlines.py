@@ -1,12 +1,14 @@
-"""Processing timeouts finalise exactly at their deadline; ttl expires queued jobs."""
+"""Processing timeouts finalise exactly at their deadline (a timeout of 0 is none); ttl expires
+queued jobs; waits longer than a JavaScript timer allows last their whole time."""
 
 from __future__ import annotations
 
 import trio
+import trio.testing
 
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_settle import get_job, lease
+from tests.support.app import Connect
 from tests.support.client import FrameClient
+from tests.support.engine import get_job, lease, push, state_of
 
 ALREADY = {"applied": False, "reason": "already-finalized"}
 
@@ -192,3 +194,57 @@ async def test_a_queued_job_past_its_ttl_is_removed_when_asked(
     job_id = await push(client, ttl=1000, removeOnFail=True)
     await trio.sleep(1.5)
     assert await state_of(client, job_id) == "unknown"
+
+
+DAY_S = 86_400
+
+
+JS_TIMER_LIMIT_S = 2**31 / 1000  # about 24.8 days: JavaScript timers overflow past it
+
+
+async def test_a_timeout_of_0_is_no_timeout(
+    client: FrameClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    job_id = await push(client, timeout=0)
+    await client.call("PULL", queue="q")
+    await trio.sleep(DAY_S)
+    assert await state_of(client, job_id) == "active"
+    assert (await client.call("ACK", id=job_id))["ok"] is True
+
+
+async def test_waits_longer_than_24_8_days_last_their_whole_time(
+    connect: Connect, autojump_clock: trio.testing.MockClock
+) -> None:
+    client, waiter = await connect(), await connect()
+    thirty_days_ms = 30 * DAY_S * 1000
+    delayed = await push(client, "d", delay=thirty_days_ms)
+    expiring = await push(client, "t", ttl=thirty_days_ms)
+    keyed = await push(client, "k", uniqueKey="u", dedup={"ttl": thirty_days_ms})
+    leased = await push(client, "l", timeout=thirty_days_ms)
+    token = (await client.call("PULL", queue="l", owner="w", lockTtl=thirty_days_ms))["token"]
+    await waiter.send({"cmd": "WaitJob", "id": leased, "timeout": thirty_days_ms, "reqId": "w"})
+    await trio.sleep(JS_TIMER_LIMIT_S + DAY_S)  # past where a JavaScript timer fires at once
+    assert await state_of(client, delayed) == "delayed"
+    assert await state_of(client, expiring) == "waiting"
+    assert (await client.call("PUSH", queue="k", data=2, uniqueKey="u"))["id"] == keyed
+    assert await state_of(client, leased) == "active"
+    assert (await client.call("ACK", id=leased, token=token))["ok"] is True
+    assert (await waiter.receive_for("w"))["completed"] is True
+    await trio.sleep(6 * DAY_S)  # and then they end
+    assert await state_of(client, delayed) == "waiting"
+    assert await state_of(client, expiring) == "failed"
+
+
+async def test_a_processing_timeout_of_an_earlier_attempt_never_ends_a_later_one(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=3, backoff=100)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id
+    await trio.sleep(0.1)
+    await client.call("FAIL", id=job_id, error="first attempt")  # retried after 100 ms
+    await trio.sleep(0.3)
+    assert (await client.call("PULL", queue="q"))["job"]["id"] == job_id  # the second attempt
+    await trio.sleep(0.8)  # past the first attempt's timeout, within the second's
+    assert await state_of(client, job_id) == "active"
+    await trio.sleep(0.3)  # past the second attempt's timeout
+    assert await state_of(client, job_id) != "active"

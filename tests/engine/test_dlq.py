@@ -6,21 +6,10 @@ import msgspec
 import trio
 
 from store import Record
-from tests.conftest import StoreFactory
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
-
-
-async def fail_for_good(client: FrameClient, queue: str = "q", job_id: str | None = None) -> str:
-    """Push a one-attempt job (unless `job_id` is queued already), pull it and fail it."""
-    if job_id is None:
-        job_id = await push(client, queue, maxAttempts=1)
-    pulled = (await client.call("PULL", queue=queue))["job"]
-    assert pulled["id"] == job_id
-    assert (await client.call("FAIL", id=job_id, error="boom"))["ok"] is True
-    assert await state_of(client, job_id) == "failed"
-    return job_id
+from tests.support.engine import fail_for_good, push, state_of
+from tests.support.stores import StoreFactory
 
 
 async def dlq_ids(client: FrameClient, queue: str = "q") -> list[str]:

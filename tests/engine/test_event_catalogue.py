@@ -12,8 +12,8 @@ import trio.testing
 
 from broker.events import EVENT_NAMES, Subscription
 from broker.node.app import App
-from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 # The 34 event types of the issue: what the reference's dashboard and clients consume.
 PUBLISHED = {

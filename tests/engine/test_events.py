@@ -7,18 +7,8 @@ import trio
 
 from broker.events import DROPPED_SLOW, SUBSCRIBER_BUFFER
 from broker.node.app import App
-from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
-
-
-def drain(subscription) -> list[tuple[str, str]]:
-    got = []
-    while True:
-        try:
-            message = subscription.receive.receive_nowait()
-        except (trio.WouldBlock, trio.EndOfChannel):
-            return got
-        got.append((message["event"], message["data"]["jobId"]))
+from tests.support.engine import drain, push
 
 
 async def test_a_jobs_events_arrive_in_order(client: FrameClient, app: App) -> None:

@@ -1,12 +1,15 @@
 """Group settings as a client sees them: what the getters answer, what a removal reports, the
-group counts, when a blocked group may start again, and parked pulls served once a limit lifts."""
+group counts, when a blocked group may start again, parked pulls served once a limit lifts, the
+limits pulls without group options still meet, and the settings a restart keeps."""
 
 from __future__ import annotations
 
 import trio
 
-from tests.engine.test_push_pull import push
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.engine import push
+from tests.support.stores import StoreFactory
 
 Q = {"queue": "q", "groupId": "g"}
 
@@ -177,3 +180,88 @@ async def test_a_rate_limited_group_with_room_left_may_start_now(
     assert await data(client, "GetGroupRateLimitTtl", **Q) == {"ttl": 0}  # 1 of 3 started
     await client.call("RemoveGroupRateLimit", **Q)
     assert await data(client, "GetGroupRateLimitTtl", **Q) == {"ttl": 0}  # no limit at all
+
+
+async def pulled_ids(client: FrameClient, count: int = 10) -> list[str]:
+    reply = await client.call("PULLB", queue="q", count=count)
+    return [job["id"] for job in reply["jobs"]]
+
+
+async def test_group_concurrency_holds_for_pulls_without_group_options(
+    client: FrameClient,
+) -> None:
+    grouped = [await push(client, groupId="g") for _ in range(3)]
+    free = await push(client)
+    assert (await client.call("SetGroupConcurrency", **Q, concurrency=1))["ok"] is True
+    got = await client.call("GetGroupConcurrency", **Q)
+    assert got["data"] == {"concurrency": 1}
+    assert await pulled_ids(client) == [grouped[0], free]
+    active = await client.call("GetGroupActiveCount", **Q)
+    assert active["data"]["count"] == 1
+    assert (await client.call("GetGroupJobsCount", **Q))["data"]["count"] == 2
+    removed = await client.call("RemoveGroupConcurrency", **Q)
+    assert removed["data"] == {"removed": True}
+    assert await pulled_ids(client) == grouped[1:]
+
+
+async def test_paused_group_is_passed_over_until_resumed(client: FrameClient) -> None:
+    grouped = await push(client, groupId="g")
+    other = await push(client, groupId="h")
+    assert (await client.call("PauseGroup", **Q))["data"] == {"changed": True}
+    assert (await client.call("PauseGroup", **Q))["data"] == {"changed": False}
+    assert (await client.call("IsGroupPaused", **Q))["data"] == {"paused": True}
+    assert await pulled_ids(client) == [other]
+    await client.send({"cmd": "PULL", "queue": "q", "timeout": 5000, "reqId": "p"})
+    assert (await client.call("ResumeGroup", **Q))["data"] == {"changed": True}
+    assert (await client.receive_for("p"))["job"]["id"] == grouped
+
+
+async def test_group_rate_limit_and_a_temporary_block(
+    client: FrameClient, autojump_clock: object
+) -> None:
+    jobs = [await push(client, groupId="g") for _ in range(3)]
+    await client.call("SetGroupRateLimit", **Q, max=1, duration=1000)
+    limit = await client.call("GetGroupRateLimit", **Q)
+    assert limit["data"] == {"limit": {"max": 1, "duration": 1000}}
+    assert await pulled_ids(client) == jobs[:1]
+    assert (await client.call("GetGroupRateLimitTtl", **Q))["data"]["ttl"] == 1000
+    await trio.sleep(1)
+    await client.call("RateLimitGroup", **Q, duration=5000)
+    assert await pulled_ids(client) == []
+    await trio.sleep(5)
+    assert await pulled_ids(client) == jobs[1:2]
+    assert (await client.call("RemoveGroupRateLimit", **Q))["data"] == {"removed": True}
+    assert await pulled_ids(client) == jobs[2:]
+
+
+async def test_group_commands_check_their_fields(client: FrameClient) -> None:
+    missing = await client.call("SetGroupConcurrency", queue="q", concurrency=1)
+    assert missing["error"] == "groupId is required"
+    bad = await client.call("SetGroupConcurrency", **Q, concurrency=1.5)
+    assert bad["error"] == "concurrency must be a positive safe integer"
+    bad = await client.call("SetGroupRateLimit", **Q, max=1, duration=0)
+    assert bad["error"] == "duration must be a positive safe integer"
+    assert (await client.call("GetGroupConcurrency", **Q))["data"] == {"concurrency": None}
+
+
+async def test_group_settings_survive_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        await client.call("SetGroupConcurrency", **Q, concurrency=2)
+        await client.call("PauseGroup", **Q)
+    async with broker.running() as connect:
+        client = await connect()
+        assert (await client.call("GetGroupConcurrency", **Q))["data"] == {"concurrency": 2}
+        assert (await client.call("IsGroupPaused", **Q))["data"] == {"paused": True}
+
+
+async def test_a_grouped_job_that_fails_frees_one_slot_and_the_limit_still_holds(
+    client: FrameClient,
+) -> None:
+    grouped = [await push(client, groupId="g", maxAttempts=1) for _ in range(3)]
+    await client.call("SetGroupConcurrency", **Q, concurrency=1)
+    assert await pulled_ids(client) == grouped[:1]
+    assert (await client.call("FAIL", id=grouped[0], error="boom"))["ok"] is True
+    assert (await client.call("GetGroupActiveCount", **Q))["data"]["count"] == 0
+    assert await pulled_ids(client) == grouped[1:2]  # one at a time, as before the failure

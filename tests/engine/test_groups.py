@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from tests.engine.test_push_pull import pull_ids, push
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push
 
 
 async def test_group_priority_runs_zero_first(client: FrameClient) -> None:
@@ -140,3 +140,14 @@ async def test_an_ackb_frees_its_jobs_groups(client: FrameClient) -> None:
     assert (await client.call("ACKB", ids=[a1, b1]))["ok"] is True
     reply = await client.call("PULLB", queue="q", count=10, group=one_each)
     assert [job["id"] for job in reply["jobs"]] == [a2, b2]
+
+
+async def test_a_passed_over_group_spends_no_rate_token(client: FrameClient) -> None:
+    await client.call("RateLimit", queue="q", limit=2)
+    a1 = await push(client, groupId="a")
+    await push(client, groupId="a")
+    b1 = await push(client, groupId="b")
+    one = {"concurrency": 1}
+    assert (await client.call("PULL", queue="q", group=one))["job"]["id"] == a1
+    reply = await client.call("PULLB", queue="q", count=5, group=one)
+    assert [job["id"] for job in reply["jobs"]] == [b1]

@@ -6,10 +6,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Collection
 from typing import Any
 
-import msgspec
 import pytest
 import trio
 import trio.testing
@@ -19,58 +17,12 @@ from broker.engine.actor import Batch, EngineActor
 from broker.engine.core import Engine
 from broker.node.app import App
 from broker.node.config import Config
-from protocol import decode_command
-from store import JobRow, LeaseLost, MemoryStore, Record, StoreError, StoreUnavailable
-from tests.conftest import EPOCH_MS, memory_connector
-from tests.engine.test_push_pull import push, state_of
+from store import LeaseLost, StoreError
+from tests.support.actor import LoggingSession, command
+from tests.support.app import EPOCH_MS, memory_connector
 from tests.support.client import FrameClient
-
-
-class RecordingStore(MemoryStore):
-    """A memory store that writes "commit" into a shared log each time it commits."""
-
-    def __init__(self, log: list[str]) -> None:
-        super().__init__()
-        self.log = log
-
-    def commit(
-        self,
-        upserts: Collection[JobRow],
-        deletes: Collection[str],
-        *,
-        sync: bool,
-        records: Collection[Record] = (),
-        record_deletes: Collection[tuple[str, str]] = (),
-    ) -> None:
-        """Commit, then note it."""
-        super().commit(upserts, deletes, sync=sync, records=records, record_deletes=record_deletes)
-        self.log.append("commit")
-
-
-class LoggingSession:
-    """A session that writes "reply" into the shared log when its replies are released (the
-    moment a real session hands them to its connection's writer)."""
-
-    full = False  # never holds its commands back (ReplySink.full)
-
-    def __init__(self, outbox: set[Any], log: list[str]) -> None:
-        self.closed = False
-        self.staged: list[dict[str, Any]] = []
-        self.log = log
-        self._outbox = outbox
-
-    def stage_reply(self, reply: dict[str, Any], req_id: Any) -> None:
-        self.staged.append(reply)
-        self._outbox.add(self)
-
-    def send_staged(self) -> None:
-        if self.staged:
-            self.log.append("reply")
-            self.staged.clear()
-
-
-def command(**fields: Any) -> Any:
-    return decode_command(msgspec.msgpack.encode(fields))
+from tests.support.engine import push, state_of
+from tests.support.stores import FailingStore, FencedStore, FlakyStore, RecordingStore
 
 
 def logged_actor() -> tuple[EngineActor, LoggingSession, list[str]]:
@@ -124,18 +76,6 @@ async def test_a_stores_upkeep_comes_after_the_replies_inline_and_from_the_inbox
         assert log == ["commit", "reply", "tidy"], inline
 
 
-class FailingStore(MemoryStore):
-    """A memory store whose disk "fills up" once `broken` is set."""
-
-    broken = False
-
-    def commit(self, *args: Any, **kwargs: Any) -> None:
-        """Raise StoreError when broken, else commit."""
-        if self.broken:
-            raise StoreError("disk full")
-        super().commit(*args, **kwargs)
-
-
 async def test_a_store_failure_stops_the_broker_and_the_client_is_not_told_ok(
     autojump_clock,
 ) -> None:
@@ -176,20 +116,6 @@ async def test_a_unique_key_is_free_again_after_a_final_failure(
         await trio.sleep(10)
     assert await state_of(client, after_fail) == "failed"
     assert await push(client, uniqueKey="k") not in (failed, after_fail)
-
-
-class FlakyStore(MemoryStore):
-    """A memory store whose database is unreachable while `down` is set."""
-
-    down = False
-    attempts = 0
-
-    def commit(self, *args: Any, **kwargs: Any) -> None:
-        """Raise StoreUnavailable while down, else commit."""
-        self.attempts += 1
-        if self.down:
-            raise StoreUnavailable("connection refused")
-        super().commit(*args, **kwargs)
 
 
 async def test_an_unreachable_database_withholds_replies_until_the_commit_is_stored(
@@ -243,13 +169,3 @@ async def test_a_lost_lease_in_an_inline_pass_ends_the_actor_not_the_callers_tas
     assert submitted and log == []  # the actor stopped, and no reply was released
 
 
-class FencedStore(RecordingStore):
-    """A recording store whose lease another broker takes once `fenced` is set."""
-
-    fenced = False
-
-    def commit(self, *args: Any, **kwargs: Any) -> None:
-        """Raise LeaseLost when fenced, else commit."""
-        if self.fenced:
-            raise LeaseLost("another broker took the lease over")
-        super().commit(*args, **kwargs)

@@ -22,10 +22,11 @@ from broker.engine.records import job_to_row
 from broker.node.app import App
 from broker.node.config import Config
 from store import JobRow, MemoryStore, Record, StoreError, open_sqlite
-from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
-from tests.engine.test_push_pull import push, state_of
-from tests.engine.test_restart import Broker
+from tests.support.app import EPOCH_MS, Broker, Connect, memory_connector
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of
+from tests.support.jobs import stored_job
+from tests.support.stores import StoreFactory
 
 JOBS = 3000  # above the floor (MIN_STALE) under which nothing is compacted
 
@@ -235,12 +236,6 @@ def open_rows(broker: Broker) -> list[JobRow]:
         return store.load()
     finally:
         store.close()
-
-
-def stored_job(job_id: str, queue: str = "q") -> JobRow:
-    job = Job(id=job_id, queue=queue, name="j", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
-    job.state = "waiting"
-    return job_to_row(job)
 
 
 async def start(nursery: trio.Nursery, store: MemoryStore) -> App:

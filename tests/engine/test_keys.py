@@ -1,4 +1,5 @@
-"""uniqueKey with dedup {ttl, extend, replace}, and debounce (rules in broker/engine/keys.py)."""
+"""uniqueKey with dedup {ttl, extend, replace} (a replace refused while live jobs depend on the
+job), debounce, and the dedup key commands (rules in broker/engine/keys.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import trio
 
 from broker.engine.keys import DEBOUNCE, UNIQUE, KeyRegistry
 from broker.node.app import App
-from tests.engine.test_push_pull import push, state_of
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of
+from tests.support.stores import StoreFactory
 
 
 async def test_dedup_ttl_frees_the_key_while_the_job_lives(
@@ -184,3 +187,99 @@ async def test_replace_goes_ahead_once_the_job_waiting_for_it_is_cancelled(
     assert (await client.call("Cancel", id=waiter))["ok"] is True
     replacement = await push(client, uniqueKey="k", dedup={"replace": True})
     assert replacement != held and await state_of(client, held) == "unknown"
+
+
+async def test_dedup_key_commands(client: FrameClient) -> None:
+    first = await push(client, uniqueKey="k")
+    found = await client.call("GetDeduplicationJobId", queue="q", deduplicationId="k")
+    assert (found["ok"], found["data"]) == (True, {"jobId": first})
+    gone = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
+    assert (gone["ok"], gone["data"]) == (True, {"count": 1})
+    second = await push(client, uniqueKey="k")
+    assert second != first
+    removed = await client.call("RemoveJobDeduplicationKey", id=second)
+    assert (removed["ok"], removed["data"]) == (True, {"removed": True})
+    assert (await client.call("RemoveJobDeduplicationKey", id=second))["data"] == {"removed": False}
+    assert await push(client, uniqueKey="k") not in (first, second)
+
+
+async def test_dedup_key_commands_on_keys_and_jobs_that_hold_nothing(client: FrameClient) -> None:
+    plain = await push(client)
+    nobody = await client.call("GetDeduplicationJobId", queue="q", deduplicationId="k")
+    assert nobody["data"] == {"jobId": None}
+    none = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
+    assert (none["ok"], none["data"]) == (True, {"count": 0})
+    for job_id in (plain, "missing"):
+        reply = await client.call("RemoveJobDeduplicationKey", id=job_id)
+        assert (reply["ok"], reply["data"]) == (True, {"removed": False})
+
+
+async def test_a_job_does_not_free_a_key_a_newer_job_holds(client: FrameClient) -> None:
+    old = await push(client, uniqueKey="k", maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=old)  # failed for good: the key goes to the next push
+    newer = await push(client, uniqueKey="k")
+    assert (await client.call("RemoveJobDeduplicationKey", id=old))["data"] == {"removed": False}
+    assert await push(client, uniqueKey="k") == newer
+    gone = await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="k")
+    assert gone["data"] == {"count": 1}
+    old_job = (await client.call("GetJob", id=old))["job"]
+    assert old_job["uniqueKey"] == "k"  # not the key's owner: its own record is left alone
+
+
+async def test_a_removed_dedup_key_stays_free_after_a_restart(store_factory: StoreFactory) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        client = await connect()
+        by_key = await push(client, uniqueKey="a")
+        by_job = await push(client, uniqueKey="b")
+        await client.call("RemoveDeduplicationKey", queue="q", deduplicationId="a")
+        await client.call("RemoveJobDeduplicationKey", id=by_job)
+        for job_id in (by_key, by_job):
+            assert (await client.call("GetJob", id=job_id))["job"]["uniqueKey"] is None
+    async with broker.running() as connect:
+        client = await connect()
+        assert await push(client, uniqueKey="a") != by_key
+        assert await push(client, uniqueKey="b") != by_job
+        for job_id in (by_key, by_job):
+            assert (await client.call("GetJob", id=job_id))["job"]["uniqueKey"] is None
+
+
+REPLACE = {"replace": True}
+
+
+def blocked(job_id: str) -> str:
+    return f"Cannot replace deduplicated job {job_id} because live jobs depend on it"
+
+
+async def test_a_batch_item_waiting_for_a_held_job_blocks_a_later_item_replacing_it(
+    client: FrameClient,
+) -> None:
+    held = await push(client, uniqueKey="k", jobId="held")
+    jobs = [{"data": 1, "dependsOn": [held]}, {"data": 2, "uniqueKey": "k", "dedup": REPLACE}]
+    reply = await client.call("PUSHB", queue="q", jobs=jobs)
+    assert reply["error"] == f"jobs[1]: {blocked(held)}"
+    assert await state_of(client, held) == "waiting"
+    assert (await client.call("Count", queue="q"))["count"] == 1  # nothing of the batch landed
+
+
+async def test_a_job_may_not_replace_the_job_it_depends_on(client: FrameClient) -> None:
+    held = await push(client, uniqueKey="k", jobId="held")
+    alone = await client.call(
+        "PUSH", queue="q", data=2, uniqueKey="k", dedup=REPLACE, dependsOn=[held]
+    )
+    assert alone["error"] == blocked(held)
+    item = {"data": 2, "uniqueKey": "k", "dedup": REPLACE, "dependsOn": [held]}
+    batch = await client.call("PUSHB", queue="q", jobs=[item])
+    assert batch["error"] == f"jobs[0]: {blocked(held)}"
+    assert await state_of(client, held) == "waiting"
+
+
+async def test_a_batch_item_replacing_an_earlier_one_gets_its_own_id_as_push_does(
+    client: FrameClient,
+) -> None:
+    jobs = [{"data": 1, "uniqueKey": "k"}, {"data": 2, "uniqueKey": "k", "dedup": REPLACE}]
+    first, second = (await client.call("PUSHB", queue="q", jobs=jobs))["ids"]
+    assert first != second
+    listed = (await client.call("GetJobs", queue="q"))["jobs"]
+    assert [(job["id"], job["data"]) for job in listed] == [(second, 2)]

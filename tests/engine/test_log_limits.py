@@ -11,8 +11,8 @@ from typing import Any
 
 from broker.engine.lifecycle import MAX_LOG_BYTES
 from protocol.values import MAX_LOG_LINE_BYTES
-from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 TOO_LONG = f"message too long (max {MAX_LOG_LINE_BYTES} bytes of UTF-8)"
 

@@ -4,37 +4,13 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from broker.engine import state as state_module
-from tests.conftest import Connect
+from tests.support.app import Connect
 from tests.support.client import FrameClient
-
-REFERENCE_JOB_KEYS = [
-    "id", "queue", "name", "data", "createdAt", "runAt", "startedAt", "completedAt", "attempts",
-    "backoff", "backoffConfig", "dependsOn", "childrenIds", "childrenCompleted", "tags", "progress",
-    "progressMessage", "stacktrace", "repeat", "durable", "lastHeartbeat", "stallCount", "priority",
-    "lifo", "maxAttempts", "removeOnComplete", "removeOnFail", "ttl", "timeout", "uniqueKey",
-    "customId", "parentId", "groupId", "stallTimeout", "stackTraceLimit", "keepLogs", "sizeLimit",
-    "failParentOnFailure", "removeDependencyOnFailure", "continueParentOnFailure",
-    "ignoreDependencyOnFailure", "deduplicationTtl", "deduplicationExtend", "deduplicationReplace",
-    "debounceId", "debounceTtl", "timeline",
-]  # fmt: skip
-
-
-async def push(client: FrameClient, queue: str = "q", **fields: object) -> str:
-    fields.setdefault("data", {})
-    reply = await client.call("PUSH", queue=queue, **fields)
-    assert reply["ok"] is True, reply
-    return reply["id"]
-
-
-async def pull_ids(client: FrameClient, queue: str = "q", count: int = 100) -> list[str]:
-    reply = await client.call("PULLB", queue=queue, count=count)
-    return [job["id"] for job in reply["jobs"]]
-
-
-async def state_of(client: FrameClient, job_id: str) -> str:
-    return (await client.call("GetState", id=job_id))["state"]
+from tests.support.engine import pull_ids, push, state_of
+from tests.support.jobs import REFERENCE_JOB_KEYS
 
 
 async def test_job_carries_every_option_and_the_reference_fields(client: FrameClient) -> None:
@@ -313,3 +289,21 @@ async def test_timed_out_polls_do_not_pile_up(client: FrameClient, app, autojump
     for _ in range(100):
         assert (await client.call("PULLB", queue="idle", count=5, timeout=1000))["jobs"] == []
     assert len(app.actor.engine.state.queue("idle").waiters) == 0
+
+
+async def test_backoff_max_delay_is_checked_on_push_pushb_and_pushf(client: FrameClient) -> None:
+    for bad, error in (
+        (-1, "backoff.maxDelay must be at least 0"),
+        (86_400_001, "backoff.maxDelay must be at most 86400000"),
+        ("x", "backoff.maxDelay must be a number"),
+        (float("nan"), "backoff.maxDelay must be a finite number"),
+    ):
+        backoff = {"type": "fixed", "delay": 5, "maxDelay": bad}
+        assert (await client.call("PUSH", queue="q", data=1, backoff=backoff))["error"] == error
+        batch = await client.call("PUSHB", queue="q", jobs=[{"data": 1, "backoff": backoff}])
+        assert batch["error"] == f"jobs[0]: {error}"
+        flow = [{"id": "f", "queue": "q", "input": {"name": "f", "data": 1, "backoff": backoff}}]
+        assert (await client.call("PUSHF", jobs=flow))["error"] == f"jobs[0]: {error}"
+    assert (await client.call("Count", queue="q"))["count"] == 0
+    edge = {"type": "fixed", "delay": 5, "maxDelay": 86_400_000}
+    assert (await client.call("PUSH", queue="q", data=1, backoff=edge))["ok"] is True

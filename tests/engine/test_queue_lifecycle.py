@@ -21,9 +21,9 @@ from broker.engine.queues import SWEEP_DELAY_MS
 from broker.engine.state import EngineState
 from broker.node.app import App
 from broker.node.config import Config
-from tests.conftest import Connect, memory_connector, start_app
-from tests.engine.test_push_pull import push
+from tests.support.app import Connect, memory_connector, start_app
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 SWEPT_S = 2 * SWEEP_DELAY_MS / 1000  # long enough for a sweep to have run
 

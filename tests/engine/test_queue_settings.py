@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import trio
 
-from tests.conftest import StoreFactory
-from tests.engine.test_push_pull import pull_ids, push
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push
+from tests.support.stores import StoreFactory
 
 
 async def parked_pull_served_by(client: FrameClient, command: str, **fields: object) -> float:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from tests.conftest import Connect
-from tests.engine.test_push_pull import pull_ids, push
+from tests.support.app import Connect
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push
 
 
 async def test_a_job_back_from_an_expired_lease_goes_before_later_pushes(

@@ -16,7 +16,7 @@ from broker.engine.model import OPTION_FIELDS, WAITING, Job
 from broker.engine.records import PERSISTED, RowLoader, job_from_row, job_to_row
 from protocol import decode_command
 from store import JobRow
-from tests.conftest import EPOCH_MS
+from tests.support.app import EPOCH_MS
 
 
 def new_job(job_id: str) -> Job:

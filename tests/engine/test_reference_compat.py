@@ -8,9 +8,9 @@ import trio
 
 from broker.engine.core import Engine
 from protocol.commands import SubscribeEvents, UnsubscribeEvents
-from tests.conftest import Connect
-from tests.engine.test_push_pull import pull_ids, push, state_of
+from tests.support.app import Connect
 from tests.support.client import FrameClient
+from tests.support.engine import pull_ids, push, state_of
 
 
 async def lease(client: FrameClient, queue: str = "q") -> tuple[str, str]:
@@ -391,3 +391,46 @@ def test_subscribe_events_from_another_transport_is_a_clear_error() -> None:
         {"ok": False, "error": f"{name} is only available over TCP (WebSocket: use Subscribe)"}
         for name in ("SubscribeEvents", "UnsubscribeEvents")
     ]
+
+
+BAD_NAME = "Job name must be a non-empty string of at most 256 characters"
+
+
+async def test_error_texts_are_the_references_where_the_seed_is_silent(
+    client: FrameClient,
+) -> None:
+    async def error(cmd: str, **fields: object) -> object:
+        reply = await client.call(cmd, **fields)
+        assert reply["ok"] is False, reply
+        return reply["error"]
+
+    assert await error("PUSH", queue="q", name=5, data=1) == BAD_NAME
+    assert await error("PUSH", queue="q", data={"name": ""}) == BAD_NAME  # an older SDK's form
+    assert await error("PUSHB", queue="q", jobs=[{"name": ["a"], "data": 1}]) == (
+        f"jobs[0]: {BAD_NAME}"
+    )
+    assert await error("PUSH", queue="q", data=1, groupId="g", groupMaxSize=0) == (
+        "group.maxSize must be a positive safe integer"
+    )
+    assert await error("PUSH", queue="q", data=1, repeat={"every": -1}) == (
+        "repeat.every must be a positive finite number"
+    )
+    assert await error("PUSH", queue="q", data=1, repeat={"pattern": "soon"}) == (
+        "Invalid repeat pattern: soon"
+    )
+    await push(client, groupId="g", groupMaxSize=1)
+    assert await error("PUSH", queue="q", data=2, groupId="g", groupMaxSize=1) == (
+        "Group g has reached its maximum size of 1"
+    )
+    assert await error("RateLimit", queue="q", limit="x") == "limit must be a finite number"
+    assert await error("SetConcurrency", queue="q", limit="x") == "limit must be a finite number"
+    waiting = await push(client, "other")
+    assert await error("Progress", id=waiting, progress=5) == (
+        "Job is not active (current state: waiting)"
+    )
+    assert await error("UpdateParent", childId="ghost", parentId=waiting) == (
+        "Child job not found: ghost"
+    )
+    assert await error("UpdateParent", childId=waiting, parentId="ghost") == (
+        "Parent job not found: ghost"
+    )

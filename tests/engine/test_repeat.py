@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import trio
 
-from tests.conftest import EPOCH_MS
-from tests.engine.test_push_pull import push
+from tests.support.app import EPOCH_MS
 from tests.support.client import FrameClient
+from tests.support.engine import get_job, push, state_of
 
 
 async def pull_job(client: FrameClient, queue: str = "q", wait_ms: int = 60_000) -> dict:
@@ -135,3 +135,30 @@ async def test_a_retried_occurrence_does_not_schedule_its_successor_twice(
     await client.call("ACK", id=job_id)
     assert (await pull_job(client))["repeat"]["count"] == 1
     assert (await client.call("PULL", queue="q", timeout=0))["job"] is None
+
+
+async def test_a_schedule_that_ends_stops_cleanly(client: FrameClient, autojump_clock) -> None:
+    # 2030 only: one more run, then croniter has no next date.
+    once = "0 0 1 1 * 0 2030"
+    assert (await client.call("Cron", name="once", queue="cq", data=1, schedule=once))["ok"]
+    job = await client.call("PUSH", queue="rq", data=1, repeat={"pattern": once})
+    assert (await client.call("PULL", queue="rq"))["job"] is None  # not before 2030
+    await trio.sleep(4 * 365 * 86_400)
+    assert (await client.call("CronGet", name="once"))["error"] == "Cron job not found"
+    assert (await client.call("Count", queue="cq"))["count"] == 1
+    assert (await client.call("PULL", queue="rq"))["job"]["id"] == job["id"]  # no next one
+    assert (await client.call("Count", queue="rq"))["count"] == 0
+    late = await client.call("PUSH", queue="rq", data=1, repeat={"pattern": once})
+    assert late["error"] == "repeat has no future occurrence"
+
+
+async def test_a_repeating_job_waits_for_its_start_date(client: FrameClient) -> None:
+    later = await push(client, repeat={"every": 1000, "startDate": EPOCH_MS + 5000})
+    assert await state_of(client, later) == "delayed"
+    assert (await get_job(client, later))["runAt"] == EPOCH_MS + 5000
+    # A delay past the end date: no occurrence of the rule is left, the delay stands.
+    past_end = await push(client, delay=10_000, repeat={"every": 1000, "endDate": EPOCH_MS + 5000})
+    job = await get_job(client, past_end)
+    assert job["runAt"] == job["createdAt"] + 10_000
+    only_starting = await push(client, repeat={"limit": 2, "startDate": EPOCH_MS + 5000})
+    assert await state_of(client, only_starting) == "waiting"  # no rule: not a schedule

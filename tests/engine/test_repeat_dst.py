@@ -13,7 +13,7 @@ import trio
 from broker.clock import Clock
 from broker.node.app import App
 from broker.node.config import Config
-from tests.conftest import memory_connector
+from tests.support.app import memory_connector
 
 DAY_MS = 24 * 3600 * 1000
 POLL_MS = 60_000

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -22,30 +21,10 @@ from broker.node.app import App
 from broker.node.config import Config
 from protocol.bulk import SLICED_ITEMS
 from store import MemoryStore, Record, open_sqlite
-from tests.conftest import EPOCH_MS, Connect, StoreFactory, memory_connector
-from tests.engine.test_actor import RecordingSession, command
-from tests.engine.test_push_pull import push, state_of
-
-
-class Broker:
-    """Runs the broker on one durable store, again and again, on one (mock) clock."""
-
-    def __init__(self, open_store: StoreFactory, **config: object) -> None:
-        self.open_store = open_store
-        self.clock = Clock(EPOCH_MS)
-        self.config = Config(port=0, http_port=0, **config)  # type: ignore[arg-type]
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[Connect]:
-        store = self.open_store()
-        try:
-            async with trio.open_nursery() as nursery:
-                app = App(self.config, store=store, clock=self.clock)
-                await nursery.start(app.run)
-                yield memory_connector(app, nursery)
-                app.shutdown()
-        finally:
-            store.close()
+from tests.support.actor import RecordingSession, command
+from tests.support.app import EPOCH_MS, Broker, memory_connector
+from tests.support.engine import push, state_of
+from tests.support.stores import StoreFactory
 
 
 async def test_queued_jobs_come_back_in_order(store_factory: StoreFactory, autojump_clock) -> None:
@@ -486,3 +465,17 @@ async def test_what_a_start_up_loaded_is_collectable_again_once_the_engine_stops
     del actor
     gc.collect()
     assert state() is None  # the engine's state (in cycles with its components) was freed
+
+
+async def test_what_a_restart_changes_is_stored(
+    store_factory: StoreFactory, autojump_clock
+) -> None:
+    broker = Broker(store_factory)
+    async with broker.running() as connect:
+        job_id = await push(await connect(), ttl=1000, delay=60_000)
+    await trio.sleep(5)
+    async with broker.running() as connect:
+        assert await state_of(await connect(), job_id) == "failed"
+    store = broker.open_store()  # the store agrees, not just memory
+    assert [row.state for row in store.load() if row.id == job_id] == ["failed"]
+    store.close()

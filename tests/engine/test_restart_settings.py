@@ -10,9 +10,9 @@ import pytest
 import trio
 
 from store import Record
-from tests.conftest import StoreFactory
-from tests.engine.test_push_pull import pull_ids, push, state_of
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
+from tests.support.engine import pull_ids, push, state_of
+from tests.support.stores import StoreFactory
 
 DEFAULT_MAX_ENTRIES = 10_000
 

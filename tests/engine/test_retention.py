@@ -18,9 +18,9 @@ from broker.engine.state import EngineState
 from broker.engine.timers import TimerWheel
 from broker.node.app import App
 from broker.node.config import Config
-from tests.conftest import EPOCH_MS, memory_connector
-from tests.engine.test_push_pull import push, state_of
+from tests.support.app import EPOCH_MS, memory_connector
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of
 
 
 @pytest.fixture
@@ -312,3 +312,15 @@ def test_expiring_keeps_counting_the_stale_entries_it_leaves_behind() -> None:
     assert [job.id for _, _, job in retention.entries] == ["c", "d"]
     stale = sum(not retention.current(entry) for entry in retention.entries)
     assert retention.stale == stale == 1
+
+
+async def test_a_job_finished_twice_at_once_ages_out_once(
+    client: FrameClient, app, autojump_clock
+) -> None:
+    job_id = await push(client)
+    await client.call("Discard", id=job_id)
+    await client.call("RetryDlq", queue="q")
+    await client.call("Discard", id=job_id)  # same instant: two retention entries
+    await trio.sleep(8 * 86_400)  # past the 7-day age: the broker must not crash
+    assert await state_of(client, job_id) == "unknown"
+    assert app.actor.engine.state.failed.count == 0

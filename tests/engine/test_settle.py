@@ -1,4 +1,5 @@
-"""ACK, ACKB, FAIL, leases and connection release (in-memory connections, MockClock)."""
+"""ACK, ACKB, FAIL, leases, stalls and connection release: late and stale settles, the stack a
+failed job keeps, and the exact replies (in-memory connections, MockClock)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,9 @@ import trio
 import trio.testing
 
 from broker.node.app import App
-from tests.conftest import Connect
-from tests.engine.test_push_pull import push, state_of
+from tests.support.app import Connect
 from tests.support.client import FrameClient
-
-
-async def lease(client: FrameClient, queue: str = "q", ttl: float = 30000) -> tuple[str, str]:
-    reply = await client.call("PULL", queue=queue, owner="w", lockTtl=ttl)
-    return reply["job"]["id"], reply["token"]
-
-
-async def get_job(client: FrameClient, job_id: str) -> dict:
-    return (await client.call("GetJob", id=job_id))["job"]
+from tests.support.engine import get_job, lease, push, state_of, without_req_id
 
 
 async def test_ack_stores_the_result(client: FrameClient) -> None:
@@ -299,3 +291,153 @@ async def test_commands_in_flight_are_capped_at_fifty(client: FrameClient, autoj
     start = trio.current_time()
     await client.receive_for("late")
     assert trio.current_time() - start >= 10.0
+
+
+async def fail_and_pull_again(client: FrameClient, job_id: str, stack: list[object]) -> object:
+    await client.call("FAIL", id=job_id, error="boom", stack=stack)
+    job = (await client.call("PULL", queue="q", timeout=1000))["job"]
+    assert job["id"] == job_id
+    return job["stacktrace"]
+
+
+async def test_a_job_pulled_again_carries_the_stack_of_its_failed_attempt(
+    client: FrameClient,
+) -> None:
+    job_id = await push(client, maxAttempts=5, backoff=0, stackTraceLimit=2)
+    await client.call("PULL", queue="q")
+    trimmed = await fail_and_pull_again(client, job_id, ["  at a  ", "", "at b", "at c"])
+    assert trimmed == ["at a", "at b"]  # trimmed, blank lines left out, the limit applied
+    assert await fail_and_pull_again(client, job_id, []) == ["at a", "at b"]  # none: kept
+    assert await fail_and_pull_again(client, job_id, [1, None, "at x"]) == ["at x"]
+    assert await fail_and_pull_again(client, job_id, ["   "]) is None  # only blank: none
+
+
+async def test_a_null_backoff_is_the_default_one(client: FrameClient) -> None:
+    job_id = (await client.call("PUSH", queue="q", data=1, backoff=None))["id"]
+    job = (await client.call("GetJob", id=job_id))["job"]
+    assert (job["backoff"], job["backoffConfig"]) == (1000, None)
+
+
+async def test_an_orphaned_active_job_is_recovered_through_the_stall_path(
+    app: App, client: FrameClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    assert app.actor is not None
+    stalls = app.actor.bus.subscribe(["job:stalled"])
+    await client.call("SetStallConfig", queue="q", config={"stallInterval": 30_000})
+    job_id = await push(client, maxAttempts=5, uniqueKey="once")
+    await client.call("PULL", queue="q", detach=True)  # nobody will settle it: an orphan
+    await trio.sleep(31)
+    job = (await client.call("GetJob", id=job_id))["job"]
+    assert (job["state"], job["attempts"], job["stallCount"]) == ("waiting", 1, 1)
+    assert stalls.receive.receive_nowait()["data"] == {"queue": "q", "jobId": job_id,
+                                                       "stallCount": 1}  # fmt: skip
+    # what it held is free: its unique key is still its own (it is not finished)
+    assert (await client.call("PUSH", queue="q", data=1, uniqueKey="once"))["id"] == job_id
+
+
+async def test_a_closing_connection_releases_only_the_deliveries_it_owns(
+    connect: Connect, autojump_clock: trio.testing.MockClock
+) -> None:
+    first, second = await connect(), await connect()
+    await first.call("SetStallConfig", queue="q", config={"stallInterval": 5_000})
+    job_id = await push(first, maxAttempts=5)
+    await first.call("PULL", queue="q")  # first goes silent with it
+    await trio.sleep(6)  # recovered as a stall
+    assert (await second.call("PULL", queue="q"))["job"]["id"] == job_id
+    await first.aclose()  # its old delivery is gone: the second one must stay
+    await trio.sleep(1)
+    assert await state_of(second, job_id) == "active"
+    assert (await second.call("ACK", id=job_id))["ok"] is True
+
+
+async def test_ackb_without_tokens_or_results(client: FrameClient) -> None:
+    ids = [await push(client) for _ in range(2)]
+    await client.call("PULLB", queue="q", count=2)
+    assert without_req_id(await client.call("ACKB", ids=ids)) == {"ok": True}
+    assert [await state_of(client, i) for i in ids] == ["completed", "completed"]
+    assert (await client.call("GetResult", id=ids[0]))["result"] is None
+
+
+async def test_a_late_ack_is_a_successful_no_op(client: FrameClient, autojump_clock) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await trio.sleep(1.001)  # the processing timeout finalised the attempt
+    late = await client.call("ACK", id=job_id, result="too late")
+    assert without_req_id(late) == {
+        "ok": True, "data": {"applied": False, "reason": "already-finalized"},
+    }  # fmt: skip
+    assert await state_of(client, job_id) == "failed"
+
+
+async def test_ackb_completes_the_jobs_after_an_ignored_one(
+    client: FrameClient, autojump_clock
+) -> None:
+    finalised = await push(client, timeout=1000, maxAttempts=1)
+    removed = await push(client, removeOnComplete=True)
+    await client.call("PULLB", queue="q", count=2)
+    await trio.sleep(1.001)  # the first one's processing timeout finalised it
+    reply = await client.call("ACKB", ids=[finalised, removed])
+    assert without_req_id(reply) == {
+        "ok": True, "data": {"ignoredIds": [finalised], "ignoredIndices": [0]},
+    }  # fmt: skip
+    assert await state_of(client, removed) == "unknown"  # completed, then removed as asked
+
+
+async def test_a_late_ackb_with_a_stale_token_is_refused_as_a_late_ack_is(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=1)
+    token = (await client.call("PULL", queue="q", owner="w"))["token"]
+    await push(client)
+    other = (await client.call("PULL", queue="q", owner="w"))["token"]
+    await trio.sleep(1.001)  # the processing timeout finalised the first job
+    stale = await client.call("ACKB", ids=[job_id], tokens=[other])
+    assert stale["ok"] is False
+    assert stale["error"] == (await client.call("ACK", id=job_id, token=other))["error"]
+    late = await client.call("ACKB", ids=[job_id], tokens=[token])
+    assert late["data"] == {"ignoredIds": [job_id], "ignoredIndices": [0]}
+
+
+async def test_a_late_fail_with_a_stale_token_is_refused_and_with_its_own_token_ignored(
+    client: FrameClient, autojump_clock
+) -> None:
+    job_id = await push(client, timeout=1000, maxAttempts=1)
+    token = (await client.call("PULL", queue="q", owner="w"))["token"]
+    await push(client)
+    other = (await client.call("PULL", queue="q", owner="w"))["token"]
+    await trio.sleep(1.001)  # the processing timeout finalised the first job
+    stale = await client.call("FAIL", id=job_id, token=other, error="boom")
+    assert stale["ok"] is False
+    late = await client.call("FAIL", id=job_id, token=token, error="boom")
+    assert late["data"] == {"applied": False, "reason": "already-finalized"}
+
+
+async def test_a_stack_trace_limit_of_zero_keeps_no_stack(client: FrameClient) -> None:
+    job_id = await push(client, stackTraceLimit=0, maxAttempts=1)
+    await client.call("PULL", queue="q")
+    await client.call("FAIL", id=job_id, error="boom", stack=["at a", "at b"])
+    assert (await get_job(client, job_id))["stacktrace"] is None  # the reference's null
+
+
+async def test_a_lease_expiring_past_max_stalls_fails_the_job_with_its_reason(
+    client: FrameClient, autojump_clock
+) -> None:
+    await client.call("SetStallConfig", queue="q", config={"maxStalls": 1})
+    kept = await push(client, maxAttempts=5)
+    assert (await lease(client, ttl=1000))[0] == kept
+    await trio.sleep(2)  # the lease expired: one stall, the queue's maximum
+    job = await get_job(client, kept)
+    assert (job["state"], job["failedReason"]) == ("failed", "Lock expired: job stalled 1 times")
+    removed = await push(client, maxAttempts=5, removeOnFail=True)
+    assert (await lease(client, ttl=1000))[0] == removed
+    await trio.sleep(2)
+    assert await state_of(client, removed) == "unknown"  # failed, then removed as asked
+
+
+async def test_ack_of_an_unknown_job_is_refused_by_name(client: FrameClient) -> None:
+    for token in (None, "t"):
+        reply = await client.call("ACK", id="ghost", token=token)
+        assert without_req_id(reply) == {
+            "ok": False,
+            "error": "Job not found or not in processing state: ghost",
+        }

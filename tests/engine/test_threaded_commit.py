@@ -18,15 +18,9 @@ from broker.engine.inflight import InFlightCommit
 from broker.node.app import App
 from broker.node.config import Config
 from store import LeaseLost
-from tests.conftest import EPOCH_MS, memory_connector
-from tests.engine.test_actor import RecordingSession
-from tests.engine.test_guarantees import (
-    FencedStore,
-    FlakyStore,
-    LoggingSession,
-    RecordingStore,
-    command,
-)
+from tests.support.actor import LoggingSession, RecordingSession, command
+from tests.support.app import EPOCH_MS, memory_connector
+from tests.support.stores import FencedStore, FlakyStore, RecordingStore
 
 BLOCKED_LOOP_S = 10
 """How long a gated commit waits for the test to open the gate: were the commit run on the

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import trio
 
-from tests.conftest import StoreFactory
-from tests.engine.test_push_pull import push
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.engine import push
+from tests.support.stores import StoreFactory
 
 
 async def timeline(client: FrameClient, job_id: str) -> list[dict]:

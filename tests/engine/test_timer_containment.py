@@ -12,8 +12,8 @@ from broker.engine import deadlines
 from broker.engine.jobs import JobCommands
 from broker.engine.lifecycle import Lifecycle
 from broker.engine.pulls import Pulls
-from tests.engine.test_push_pull import push
 from tests.support.client import FrameClient
+from tests.support.engine import push
 
 
 def broken(*args: object) -> None:

@@ -8,9 +8,9 @@ import pytest
 from broker.engine.errors import EngineError
 from broker.engine.webhooks import Delivered, Webhook, WebhookRegistry
 from protocol.webhooks import AddWebhook, ListWebhooks
-from tests.conftest import StoreFactory
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker
 from tests.support.client import FrameClient
+from tests.support.stores import StoreFactory
 
 
 def event(name: str, queue: str | None = "q") -> dict[str, object]:

@@ -9,7 +9,7 @@ import msgspec
 from broker.engine import wireform
 from broker.engine.model import FIELD_NAMES, TIMELINE_ENTRY, Job
 from broker.engine.wireform import wire_job, wire_jobs
-from tests.engine.test_push_pull import REFERENCE_JOB_KEYS
+from tests.support.jobs import REFERENCE_JOB_KEYS
 
 WIRE_TO_MODEL = {
     "id": "id", "queue": "queue", "name": "name", "createdAt": "created_at",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from tests.conftest import Connect
+from tests.support.app import Connect
 from tests.support.client import FrameClient
 
 

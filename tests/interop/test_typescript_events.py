@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import START_TIMEOUT_S
-from tests.interop.test_typescript_sdk import BUN, HERE
+from tests.support.app import START_TIMEOUT_S
+from tests.support.typescript import BUN, HERE
 
 EVENTS = {
     "job:pushed", "job:active", "job:completed", "job:failed", "job:removed", "job:progress",

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tests.interop.test_typescript_sdk import run_script
+from tests.support.typescript import run_script
 
 
 def test_the_sdk_reads_the_reference_metric_names(broker_address: tuple[str, int]) -> None:

@@ -8,31 +8,7 @@ worker (empty lock tokens, event subscription) and reads Queue.getMetrics().
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from pathlib import Path
-from typing import Any
-
-HERE = Path(__file__).parent / "ts"
-BUN = HERE / "node_modules" / ".bin" / "bun"
-
-
-def run_script(script: str, broker_address: tuple[str, int]) -> dict[str, Any]:
-    """Run one of the TypeScript scripts against the broker; returns its JSON report."""
-    host, port = broker_address
-    assert BUN.exists(), "bun is missing: run `make test` (it installs tests/interop/ts)"
-    result = subprocess.run(
-        [str(BUN), "run", script],
-        cwd=HERE,
-        env={**os.environ, "TRIOQ_HOST": host, "TRIOQ_PORT": str(port)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return report
+from tests.support.typescript import run_script
 
 
 def test_flow_producer_children_run_first_and_parent_reads_them(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 import trio
@@ -36,15 +34,3 @@ async def session(context: Context) -> AsyncIterator[ClientSession]:
         yield client
 
 
-async def call(session: ClientSession, tool: str, **arguments: Any) -> Any:
-    """Call `bunqueue_<tool>`; its JSON result (AssertionError if the tool failed)."""
-    result = await session.call_tool(f"bunqueue_{tool}", arguments)
-    assert not result.isError, result.content
-    return json.loads(result.content[0].text)  # type: ignore[union-attr]
-
-
-async def call_error(session: ClientSession, tool: str, **arguments: Any) -> Any:
-    """Call `bunqueue_<tool>`, expecting it to fail; its error JSON."""
-    result = await session.call_tool(f"bunqueue_{tool}", arguments)
-    assert result.isError, result.content
-    return json.loads(result.content[0].text)  # type: ignore[union-attr]

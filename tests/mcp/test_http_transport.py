@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from broker.node.app import App
 from broker.node.config import Config
-from tests.conftest import start_app
+from tests.support.app import start_app
 
 # The SDK's client (httpx on Trio) leaves its response streams to the garbage collector when a
 # session closes; Trio reports each as a ResourceWarning. It is the client's, not the broker's.

@@ -9,7 +9,7 @@ import json
 import trio
 from mcp import ClientSession
 
-from tests.mcp.conftest import call, call_error
+from tests.support.mcp import call, call_error
 
 
 async def test_every_reference_tool_is_listed_with_its_schema(session: ClientSession) -> None:

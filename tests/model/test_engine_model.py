@@ -44,7 +44,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.model.harness import EngineHarness, ModelSession
+from tests.support.engine_model import EngineHarness, ModelSession
 
 STATEFUL_EXAMPLES = int(os.environ.get("TRIOQ_STATEFUL_EXAMPLES", "25"))
 STEPS = int(os.environ.get("TRIOQ_STATEFUL_STEPS", "40"))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.protocol.decoding import decode, error_of
+from tests.support.decoding import decode, error_of
 
 Q = {"queue": "q"}
 WRONG = {"not": "a number"}

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from protocol.flows import FlowJob
-from tests.protocol.decoding import decode, error_of
+from tests.support.decoding import decode, error_of
 
 WRONG = {"not": "a number"}
 MAX_DURATION = 4_320_000_000_000_000

@@ -12,9 +12,9 @@ import trio_websocket
 
 from broker.node.app import App
 from broker.node.config import Config
-from tests.conftest import start_app
-from tests.server.test_http import http
-from tests.server.test_websocket import call
+from tests.support.app import start_app
+from tests.support.http import http
+from tests.support.websocket import call
 
 TOKEN = "s3cret"
 OPEN_PROBES = ["/health", "/healthz", "/live", "/ready", "/metrics", "/prometheus"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import h11
 import pytest
 import trio
 import trio.testing
@@ -16,8 +15,8 @@ from broker.node.config import Config
 from broker.server import sse
 from broker.server.http import store_kind
 from store import MemoryStore
-from tests.conftest import memory_connector, start_app
-from tests.server.test_http import http
+from tests.support.app import memory_connector, start_app
+from tests.support.http import SseClient, http
 
 TOKEN = "s3cret"
 
@@ -192,80 +191,6 @@ async def test_gc_runs_at_most_once_per_ten_seconds(
 
 
 # -- server-sent events ------------------------------------------------------------------------
-
-
-class SseClient:
-    """An SSE client on an in-memory connection: reads the response head, then messages."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.connection = h11.Connection(h11.CLIENT)
-        self.status = 0
-        self.headers: dict[bytes, bytes] = {}
-        self.text = ""
-        self.ended = False
-        self.served = trio.Event()  # set when the server has finished with this connection
-
-    @classmethod
-    async def open(
-        cls,
-        app: App,
-        nursery: trio.Nursery,
-        path: str = "/events",
-        headers: Any = (),
-        stream_pair: Any = trio.testing.memory_stream_pair,
-    ) -> SseClient:
-        client_stream, server_stream = stream_pair()
-        client = cls(client_stream)
-        assert app.http is not None
-        serve = app.http.serve_stream
-
-        async def serve_then_mark() -> None:
-            await serve(server_stream)
-            client.served.set()
-
-        nursery.start_soon(serve_then_mark)
-        request = h11.Request(method="GET", target=path, headers=[("host", "t"), *headers])
-        await client_stream.send_all(client.connection.send(request) or b"")
-        await client.read_head()
-        return client
-
-    async def _next_event(self) -> Any:
-        while True:
-            event = self.connection.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            self.connection.receive_data(await self.stream.receive_some(65536))
-
-    async def read_head(self) -> None:
-        event = await self._next_event()
-        assert isinstance(event, h11.Response)
-        self.status = event.status_code
-        self.headers = dict(event.headers)
-
-    async def message(self) -> str:
-        """The next SSE message (its lines without the blank line that ends it); '' at the end
-        of the response."""
-        while "\n\n" not in self.text:
-            event = await self._next_event()
-            if isinstance(event, h11.Data):
-                self.text += event.data.decode()
-            else:
-                self.ended = True
-                return ""
-        message, self.text = self.text.split("\n\n", 1)
-        return message
-
-    async def job_event(self) -> tuple[str, str, dict[str, Any]]:
-        """The next job event as (id, event name, data), skipping heartbeats and the other
-        events (`queue:counts` follows job events)."""
-        while True:
-            message = await self.message()
-            if message == ":heartbeat":
-                continue
-            lines = dict(line.split(": ", 1) for line in message.split("\n"))
-            if lines["event"].startswith("job:"):
-                return lines["id"], lines["event"], json.loads(lines["data"])
 
 
 def auth(token: str = TOKEN) -> list[tuple[str, str]]:

@@ -23,9 +23,9 @@ from broker.server.frontdoor import InFlight
 from broker.server.session import Session
 from broker.server.unsent import UnsentBytes
 from protocol import FrameDecoder, decode_any, encode, frame
-from tests.server.test_dashboard_api import SseClient
-from tests.server.test_websocket import call, connect
 from tests.support.client import FrameClient
+from tests.support.http import SseClient
+from tests.support.websocket import call, connect
 
 JOBS = [{"name": "n", "data": i} for i in range(5)]
 

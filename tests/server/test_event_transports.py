@@ -9,10 +9,10 @@ import trio
 import trio.testing
 
 from broker.node.app import App
-from tests.engine.test_push_pull import push
-from tests.server.test_dashboard_api import SseClient
-from tests.server.test_websocket import call, connect
 from tests.support.client import FrameClient
+from tests.support.engine import push
+from tests.support.http import SseClient
+from tests.support.websocket import call, connect
 
 
 async def next_event(socket) -> dict:  # type: ignore[no-untyped-def]

@@ -3,47 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
-import h11
 import trio
 import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.node.app import App
 from broker.node.config import Config
-from tests.conftest import start_app
-
-
-async def http(
-    app: App, nursery: trio.Nursery, method: str, path: str, body: Any = None, token: str = ""
-) -> tuple[int, str, bytes]:
-    """One request over an in-memory connection: (status, content type, body)."""
-    client, server = trio.testing.memory_stream_pair()
-    assert app.http is not None
-    nursery.start_soon(app.http.serve_stream, server)
-    connection = h11.Connection(h11.CLIENT)
-    payload = b"" if body is None else json.dumps(body).encode()
-    headers = [("host", "test"), ("content-length", str(len(payload)))]
-    if token:
-        headers.append(("authorization", f"Bearer {token}"))
-    data = connection.send(h11.Request(method=method, target=path, headers=headers))
-    await client.send_all(
-        data + connection.send(h11.Data(data=payload)) + connection.send(h11.EndOfMessage())
-    )
-    status, content_type, received = 0, "", b""
-    while True:
-        event = connection.next_event()
-        if event is h11.NEED_DATA:
-            connection.receive_data(await client.receive_some(65536))
-        elif isinstance(event, h11.Response):
-            status = event.status_code
-            content_type = dict(event.headers)[b"content-type"].decode()
-        elif isinstance(event, h11.Data):
-            received += event.data
-        elif isinstance(event, h11.EndOfMessage):
-            await client.aclose()
-            return status, content_type, received
+from tests.support.app import start_app
+from tests.support.http import http
 
 
 async def test_liveness_readiness_and_health(app: App, nursery: trio.Nursery) -> None:

@@ -9,7 +9,6 @@ import json
 import logging
 
 import h11
-import msgspec
 import pytest
 import trio
 import trio.testing
@@ -19,14 +18,10 @@ from broker.node.app import App
 from broker.node.config import Config
 from broker.server import http as http_module
 from store import StoreError
-from tests.conftest import EPOCH_MS, Connect, start_app
-from tests.engine.test_guarantees import FailingStore
-from tests.server.test_http import http
-from tests.server.test_http_routes import exchange, get
-
-# {[1, 2]: 1, nil: 2, "x": ext 5 (0x01), "u": ext 0 (undefined)}
-ODD_DATA = b"\x84\x92\x01\x02\x01\xc0\x02\xa1x\xd4\x05\x01\xa1u\xd4\x00\x00"
-ODD_AS_JSON = {"[1,2]": 1, "null": 2, "x": {"$ext": 5, "data": "AQ=="}, "u": None}
+from tests.support.app import EPOCH_MS, Connect, start_app
+from tests.support.http import exchange, get, http
+from tests.support.payloads import ODD_AS_JSON, ODD_DATA, frame_with_raw
+from tests.support.stores import FailingStore
 
 
 def open_connection(app: App, nursery: trio.Nursery) -> trio.testing.MemoryStreamPair:
@@ -77,13 +72,6 @@ async def test_data_json_cannot_hold_is_shown_not_fatal(
     assert (await client.receive_for("2"))["ok"] is True
     _, _, body = await http(app, nursery, "GET", f"/jobs/{job_id}")
     assert json.loads(body)["job"]["returnvalue"] == ODD_AS_JSON
-
-
-def frame_with_raw(message: dict, **raw_fields: bytes) -> bytes:
-    payload = msgspec.msgpack.encode(
-        {**message, **{name: msgspec.Raw(value) for name, value in raw_fields.items()}}
-    )
-    return len(payload).to_bytes(4, "big") + payload
 
 
 @pytest.mark.parametrize(

@@ -10,27 +10,9 @@ import trio.testing
 
 from broker.node.app import App
 from broker.server.routes import ROUTES, match
-from tests.server.test_http import http
+from tests.support.http import exchange, get, http
 
 JSON = "application/json"
-
-
-def get(path: str, method: str = "GET") -> bytes:
-    """A request head that asks the server to close after answering."""
-    return f"{method} {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n".encode()
-
-
-async def exchange(app: App, nursery: trio.Nursery, request: bytes) -> bytes:
-    """Send raw request bytes; everything the server answers until it closes."""
-    client, server = trio.testing.memory_stream_pair()
-    assert app.http is not None
-    nursery.start_soon(app.http.serve_stream, server)
-    await client.send_all(request)
-    received = b""
-    with trio.fail_after(120):  # the server's own timeouts close it well before
-        while chunk := await client.receive_some(65536):
-            received += chunk
-    return received
 
 
 async def test_queue_control_routes_run_their_commands(app: App, nursery: trio.Nursery) -> None:

@@ -20,7 +20,7 @@ from broker.node.config import Config
 from broker.server.frontdoor import MAX_IN_FLIGHT
 from broker.server.tcp import Connection
 from protocol import frame
-from tests.conftest import start_app
+from tests.support.app import start_app
 from tests.support.client import FrameClient
 
 _encode = msgspec.msgpack.encode

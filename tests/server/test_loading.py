@@ -18,10 +18,10 @@ from broker.node.app import App
 from broker.node.config import Config
 from store import open_postgres
 from store.memory import MemoryStore
-from tests.conftest import EPOCH_MS, memory_connector
-from tests.engine.test_housekeeping import stored_job
-from tests.server.test_http import http
+from tests.support.app import EPOCH_MS, memory_connector
 from tests.support.client import FrameClient
+from tests.support.http import http
+from tests.support.jobs import stored_job
 
 
 class Gate:

@@ -14,11 +14,11 @@ from broker.clock import Clock
 from broker.node.app import App
 from broker.node.config import Config
 from store import open_postgres
-from tests.conftest import EPOCH_MS, memory_connector, start_app
-from tests.server.test_http import http
-from tests.server.test_websocket import call, connect
+from tests.support.app import EPOCH_MS, memory_connector, start_app
 from tests.support.client import FrameClient
+from tests.support.http import http
 from tests.support.postgres import PrivateServer
+from tests.support.websocket import call, connect
 
 GRACE_S = 5.0
 

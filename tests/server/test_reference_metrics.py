@@ -14,9 +14,9 @@ from broker.node.app import App
 from broker.node.config import Config
 from broker.services.metrics_reference import MAX_QUEUE_SERIES
 from store import open_sqlite
-from tests.conftest import EPOCH_MS, memory_connector
-from tests.server.test_http import http
+from tests.support.app import EPOCH_MS, memory_connector
 from tests.support.client import FrameClient
+from tests.support.http import http
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -9,7 +9,7 @@ import trio
 
 from broker.node.app import App
 from broker.server.routes import PAGES, TABLE, Page, Route, match
-from tests.server.test_http import http
+from tests.support.http import http
 
 PARAMETER = re.compile(r"\(\?P<\w+>\[\^/\]\+\)")
 

@@ -16,7 +16,7 @@ from broker.node.config import Config
 from broker.server import frontdoor
 from broker.server.guards import AuthThrottle
 from protocol import frame
-from tests.conftest import Connect, memory_connector, start_app
+from tests.support.app import Connect, memory_connector, start_app
 from tests.support.client import FrameClient
 
 _encode = msgspec.msgpack.encode

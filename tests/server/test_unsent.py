@@ -19,7 +19,7 @@ import trio_websocket
 from broker.node.app import App
 from broker.node.config import Config
 from broker.server.unsent import MIB
-from tests.conftest import memory_connector, start_app
+from tests.support.app import memory_connector, start_app
 from tests.support.client import FrameClient
 
 JOB_BYTES = 300_000  # a PULL's reply is a little more

@@ -16,10 +16,10 @@ import trio
 from broker.engine.webhooks import Delivered, Webhook, WebhookRegistry
 from broker.node.config import Config
 from broker.services.webhooks import WebhookDispatcher
-from tests.conftest import StoreFactory, memory_connector, start_app
-from tests.engine.test_push_pull import push
-from tests.engine.test_restart import Broker
+from tests.support.app import Broker, memory_connector, start_app
 from tests.support.client import FrameClient
+from tests.support.engine import push
+from tests.support.stores import StoreFactory
 
 
 @pytest.mark.parametrize(

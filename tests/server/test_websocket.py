@@ -11,24 +11,7 @@ import trio_websocket
 
 from broker.events import DROPPED_SLOW, SUBSCRIBER_BUFFER
 from broker.node.app import App
-
-
-async def connect(
-    app: App, nursery: trio.Nursery, lockstep: bool = False
-) -> trio_websocket.WebSocketConnection:
-    pair = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
-    client, server = pair()
-    assert app.http is not None
-    nursery.start_soon(app.http.serve_stream, server)
-    return await trio_websocket.wrap_client_stream(nursery, client, "test", "/ws")
-
-
-async def call(socket: trio_websocket.WebSocketConnection, **message: object) -> dict:
-    await socket.send_message(json.dumps(message))
-    while True:
-        reply = json.loads(await socket.get_message())
-        if reply.get("reqId") == message.get("reqId"):
-            return reply
+from tests.support.websocket import call, connect
 
 
 async def test_json_and_msgpack_commands(app: App, nursery: trio.Nursery) -> None:

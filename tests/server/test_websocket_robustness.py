@@ -15,11 +15,11 @@ from broker.node.app import App
 from broker.node.config import Config
 from broker.server import frontdoor
 from broker.server import http as http_module
-from tests.conftest import Connect, start_app
-from tests.server.test_http import http
-from tests.server.test_http_robustness import ODD_AS_JSON, ODD_DATA, frame_with_raw
-from tests.server.test_websocket import call
-from tests.server.test_websocket import connect as ws_connect
+from tests.support.app import Connect, start_app
+from tests.support.http import http
+from tests.support.payloads import ODD_AS_JSON, ODD_DATA, frame_with_raw
+from tests.support.websocket import call
+from tests.support.websocket import connect as ws_connect
 
 
 async def test_auth_checks_the_token_like_tcp(nursery: trio.Nursery) -> None:

@@ -17,8 +17,8 @@ from broker.clock import Clock
 from broker.node.app import App
 from broker.node.config import Config
 from store import JobRow, open_sqlite
-from tests.conftest import EPOCH_MS, memory_connector
-from tests.engine.test_push_pull import push
+from tests.support.app import EPOCH_MS, memory_connector
+from tests.support.engine import push
 
 
 class FlushRecordingFile(apsw.VFSFile):

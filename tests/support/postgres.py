@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -171,9 +172,25 @@ def stop_kept_server(root: Path) -> None:
         PrivateServer(root=root, port=int(port_file.read_text())).destroy()
 
 
+def drop_schemas(server: PrivateServer, prefix: str) -> None:
+    """Drop every schema whose name starts with `prefix` (starting the server if a test left
+    it down)."""
+    import psycopg
+
+    if not server.running():
+        server.start()
+    with psycopg.connect(server.url, autocommit=True) as connection:
+        names = connection.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)
+        ).fetchall()
+        for (name,) in names:
+            connection.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
 if __name__ == "__main__":  # `python -m tests.support.postgres stop DIR`, used by `make mutation`
     import sys
 
     if sys.argv[1:2] != ["stop"] or len(sys.argv) != 3:
         sys.exit("usage: python -m tests.support.postgres stop DIR")
     stop_kept_server(Path(sys.argv[2]))
+

@@ -1,5 +1,6 @@
-"""PULL and PULLB at their edges: the exact replies of leased and parked polls, and parked
-polls answered by a timeout, a push or an Obliterate (in-memory connections, MockClock)."""
+"""Leased and parked polls (PULL and PULLB with a timeout): their exact replies, and parked polls
+answered by a timeout, a push, an Obliterate or a closed connection (in-memory connections,
+MockClock)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ import trio
 import trio.testing
 
 from broker.node.app import App
-from tests.conftest import Connect
-from tests.engine.test_lifecycle_edges import without_req_id
-from tests.engine.test_push_pull import push, state_of
+from tests.support.app import Connect
 from tests.support.client import FrameClient
+from tests.support.engine import push, state_of, without_req_id
 
 
 async def test_a_leased_poll_that_times_out(client: FrameClient, autojump_clock) -> None:

@@ -1,8 +1,7 @@
-"""End-to-end helpers: blocking frame sockets and trioq subprocesses on real loopback ports.
+"""Served brokers: blocking frame sockets and trioq subprocesses on real loopback ports.
 
 These helpers frame and decode on their own (struct + msgspec) instead of importing `protocol`, so a
-bug in the broker's framing cannot hide behind the same bug in the test client.
-"""
+bug in the broker's framing cannot hide behind the same bug in the test client."""
 
 from __future__ import annotations
 
@@ -14,15 +13,15 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_FRAME = 64 * 1024 * 1024
+
 # Bounds on real waits, with margins for a loaded 2-core machine (a reply normally takes ~1 ms).
 REPLY_TIMEOUT_S = 10.0
 POLL_TIMEOUT_S = 20.0
@@ -241,27 +240,10 @@ class BrokerProcess:
 BrokerFactory = Callable[..., BrokerProcess]
 
 
-@pytest.fixture
-def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
-    """Start private trioq processes (`factory(*extra_args, data_dir=None, postgres=None)`); all
-    are stopped at teardown. Memory-only unless `data_dir` names a directory for the SQLite
-    store or `postgres` a (URL, schema) for the PostgreSQL one."""
-    started: list[BrokerProcess] = []
-    counter = itertools.count(1)
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
-    def start(
-        *args: str,
-        command: list[str] | None = None,
-        data_dir: Path | None = None,
-        postgres: tuple[str, str] | None = None,
-    ) -> BrokerProcess:
-        path = tmp_path / f"broker-{next(counter)}.stderr"
-        broker = BrokerProcess(
-            *args, stderr_path=path, command=command, data_dir=data_dir, postgres=postgres
-        )
-        started.append(broker)
-        return broker
 
-    yield start
-    for broker in started:
-        broker.stop()

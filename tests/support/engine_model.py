@@ -24,7 +24,7 @@ from broker.engine.actor import Batch, Disconnect, EngineActor
 from broker.engine.core import Engine
 from protocol import decode_command
 from store import MemoryStore, Store, open_sqlite
-from tests.conftest import EPOCH_MS
+from tests.support.app import EPOCH_MS
 
 as_sent = msgspec.msgpack.Decoder().decode
 encode = msgspec.msgpack.Encoder().encode
