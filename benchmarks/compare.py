@@ -20,7 +20,7 @@ import signal
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from .loadgen import ROWS, LoadError, Row, RunResult, capacity, log, ms, percentile, run_row
@@ -256,14 +256,16 @@ def kinds_for(mode: str, rep: int, args: argparse.Namespace, have_reference: boo
     return kinds[shift:] + kinds[:shift]
 
 
-def run_compare(args: argparse.Namespace) -> int:
-    """Interleave the servers ``args.repeat`` times; print one table per mode and the floor."""
-    rows = [r for r in ROWS if r.key in args.rows and r.key != "wide"]
-    floor_rows = [r for r in ROWS if r.key in FLOOR_ROWS]
-    results: dict[tuple[str, str], Results] = defaultdict(lambda: defaultdict(list))
-    notes: dict[str, list[str]] = defaultdict(list)
-    null: Results = defaultdict(list)
-    have_reference = with_reference(args)
+def run_compare(
+    args: argparse.Namespace,
+    have_reference: bool,
+    run_server: Callable[[str, str, int, SharedPostgres], None],
+    each_round: Callable[[int], None] | None = None,
+) -> tuple[str, str]:
+    """Interleave the servers ``args.repeat`` times (the one loop of both comparisons: this
+    module's and sdk.py's): each round runs ``each_round(rep)`` first, then
+    ``run_server(kind, mode, rep, postgres)`` for every mode and every server of it, in the
+    rotating order of `kinds_for`. Returns the load average before and after."""
     postgres = SharedPostgres()
     before = load()
     # A plain SIGTERM would end the run without stopping the servers and the PostgreSQL it
@@ -271,14 +273,33 @@ def run_compare(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         for rep in range(args.repeat):
-            run_rows("null", "memory", floor_rows, args, null)
+            if each_round is not None:
+                each_round(rep)
             for mode in args.modes:
                 for kind in kinds_for(mode, rep, args, have_reference):
-                    into = results[(kind, mode)]
-                    run_rows(kind, mode, rows, args, into, postgres, notes[mode])
+                    run_server(kind, mode, rep, postgres)
     finally:
         postgres.close()
-    after = load()
+    return before, load()
+
+
+def compare_loadgen(args: argparse.Namespace) -> int:
+    """``loadgen --compare``: interleave the servers ``args.repeat`` times; print one table
+    per mode and the floor."""
+    rows = [r for r in ROWS if r.key in args.rows and r.key != "wide"]
+    floor_rows = [r for r in ROWS if r.key in FLOOR_ROWS]
+    results: dict[tuple[str, str], Results] = defaultdict(lambda: defaultdict(list))
+    notes: dict[str, list[str]] = defaultdict(list)
+    null: Results = defaultdict(list)
+    have_reference = with_reference(args)
+
+    def run_server(kind: str, mode: str, rep: int, postgres: SharedPostgres) -> None:
+        run_rows(kind, mode, rows, args, results[(kind, mode)], postgres, notes[mode])
+
+    def floor(rep: int) -> None:
+        run_rows("null", "memory", floor_rows, args, null)
+
+    before, after = run_compare(args, have_reference, run_server, floor)
     print(
         f"{args.repeat} interleaved runs per server, {args.jobs:,} jobs per concurrent row"
         f" (sequential: a quarter; the reference in postgres mode: {args.reference_pg_jobs:,}),"

@@ -32,6 +32,22 @@ PULL_BATCH = 100
 """Jobs per PULLB (and ids per ACKB) in the batch scenario, as the loadgen's PULLB row."""
 
 
+def load_broker() -> Any:
+    """Import the broker's composition (what a broker process has loaded) from the tree on
+    sys.path; returns its module of `App` and its config module. A tree from before issue 32
+    has them at the top of broker/, a newer one in broker/node/."""
+    import importlib
+
+    try:
+        return importlib.import_module("broker.node.app"), importlib.import_module(
+            "broker.node.config"
+        )
+    except ModuleNotFoundError as exc:
+        if exc.name != "broker.node":  # a tree of the new layout that fails to import
+            raise
+        return importlib.import_module("broker.app"), importlib.import_module("broker.config")
+
+
 def workload(root: str, count: int, phases: list[str], sqlite_dir: str | None = None) -> None:
     """The measured run (in the child process), against the build at `root`.
 
@@ -44,7 +60,7 @@ def workload(root: str, count: int, phases: list[str], sqlite_dir: str | None = 
     import trio
     import trio.testing
 
-    import broker.app  # noqa: F401  # everything a broker process has loaded (same heap for GC)
+    load_broker()  # everything a broker process has loaded (same heap for GC)
     from broker.clock import Clock
     from broker.engine.actor import Batch, EngineActor
     from broker.engine.core import Engine

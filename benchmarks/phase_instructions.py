@@ -50,6 +50,8 @@ import sys
 import tempfile
 from typing import Any
 
+from benchmarks.instructions import load_broker
+
 SCENARIOS = ("count", "push", "pull", "ack", "pullb", "ackb", "mixed")
 SDK_KINDS = ("pushb", "spullb", "sackb", "jhb")
 """The SDK-shaped scenarios, written `KIND:N` or `KIND:N+events` (see the module docstring)."""
@@ -108,7 +110,7 @@ def workload(
     import trio
     import trio.testing
 
-    import broker.app  # noqa: F401  # everything a broker process has loaded (same heap for GC)
+    app_module, config_module = load_broker()  # as a broker process has loaded (same heap)
     from broker.clock import Clock
     from broker.engine.actor import Batch, EngineActor
     from broker.engine.core import Engine
@@ -139,10 +141,8 @@ def workload(
         # completed pushes the oldest completed job out (forgotten within the same pass).
         actor = EngineActor(Engine(EngineState(keep_completed=0)), Clock(), store)
         if wired:
-            from broker.app import App
-            from broker.config import Config
-
-            App(Config(memory=True)).wire(actor, None)  # type: ignore[arg-type]  # no TCP server
+            app = app_module.App(config_module.Config(memory=True))
+            app.wire(actor, None)  # no TCP server
         sink = Sink(actor.outbox, InFlight(), direct_send=len)
 
         async def inline(payload: bytes) -> None:

@@ -58,6 +58,7 @@ from .compare import (
     median_rate,
     rate_cell,
     ratio,
+    run_compare,
     start,
     table,
     with_reference,
@@ -506,23 +507,16 @@ def run_server(
         server.stop()
 
 
-def run_compare(args: argparse.Namespace) -> int:
-    """Interleave the servers ``args.repeat`` times; print one table."""
+def compare(args: argparse.Namespace) -> int:
+    """Interleave the servers ``args.repeat`` times (compare.run_compare); print one table."""
     have_reference = with_reference(args)
     results: dict[tuple[str, str], dict[str, list[SdkRun]]] = defaultdict(lambda: defaultdict(list))
     notes: list[str] = []
-    postgres = SharedPostgres()
-    before = load()
-    # A plain SIGTERM would end the run without stopping the servers: unwind like Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        for rep in range(args.repeat):
-            for mode in args.modes:
-                for kind in kinds_for(mode, rep, args, have_reference):
-                    run_server(kind, mode, rep, args, results[(kind, mode)], postgres, notes)
-    finally:
-        postgres.close()
-    after = load()
+
+    def each_server(kind: str, mode: str, rep: int, postgres: SharedPostgres) -> None:
+        run_server(kind, mode, rep, args, results[(kind, mode)], postgres, notes)
+
+    before, after = run_compare(args, have_reference, each_server)
     kinds = ["trioq", *(k for k in kinds_for("memory", 0, args, have_reference) if k != "trioq")]
     print(
         f"Through the official SDKs (TypeScript: bunqueue 2.9.5 under bun; Python:"
@@ -624,7 +618,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.port is not None:
         return run_single(args)
-    return run_compare(args)
+    return compare(args)
 
 
 if __name__ == "__main__":

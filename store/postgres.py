@@ -126,7 +126,7 @@ SELECT {s}.commit_pass(%b::bigint, %b::boolean,
 SELECT_JOBS = "SELECT id, queue, state, body FROM {s}.jobs WHERE id > %s ORDER BY id LIMIT %s"
 SELECT_BODIES = "SELECT id, body FROM {s}.jobs WHERE id > %s ORDER BY id LIMIT %s"
 SELECT_RECORDS = "SELECT kind, key, body FROM {s}.records"
-# `gone`: a live holder the taker proved gone (broker/identity.py), compared in the same
+# `gone`: a live holder the taker proved gone (broker/node/identity.py), compared in the same
 # statement, so that the lease is taken from that holder only, never from one that took it since.
 TAKE_LEASE = """
 UPDATE {s}.lease SET epoch = epoch + 1, holder = %(holder)s, address = %(address)s,

@@ -20,7 +20,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
+from broker.node.app import App
 from store import Store, open_postgres, open_sqlite
 from tests.support.app import START_TIMEOUT_S, Connect, memory_connector, start_app
 from tests.support.broker import BrokerFactory, BrokerProcess

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from broker import __version__
-from broker.app import App
-from broker.cli import build_parser, config_from_args
-from broker.config import Config, ConfigError, load
-from broker.logs import JsonFormatter, KeyValueFormatter
+from broker.node.app import App
+from broker.node.cli import build_parser, config_from_args
+from broker.node.config import Config, ConfigError, load
+from broker.node.logs import JsonFormatter, KeyValueFormatter
 
 
 def config_for(argv: list[str], environ: dict[str, str]) -> Config:

@@ -1,6 +1,6 @@
-"""A standby's forwarding, bounded (broker/forwarding.py, ha.py): never to itself, few connection
-attempts to a target that refuses, a clear error frame for a client no active broker can be
-found for, and a cap on the clients waiting."""
+"""A standby's forwarding, bounded (broker/node/forwarding.py, ha.py): never to itself, few
+connection attempts to a target that refuses, a clear error frame for a client no active broker
+can be found for, and a cap on the clients waiting."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from broker import forwarding, ha
-from broker.forwarding import (
+from broker.node import forwarding, ha
+from broker.node.forwarding import (
     MAX_BACKOFF_S,
     NO_ACTIVE,
     TOO_MANY,
@@ -21,7 +21,7 @@ from broker.forwarding import (
     connects_to_itself,
     error_frames,
 )
-from broker.identity import this_process
+from broker.node.identity import this_process
 from store.postgres import Lease
 from tests.support.client import FrameClient
 

@@ -1,5 +1,5 @@
 """When a broker may take a live lease over at once: only from a holder it can prove is its own
-dead predecessor (broker/identity.py); and what the lease row says of its holder."""
+dead predecessor (broker/node/identity.py); and what the lease row says of its holder."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ import os
 import attrs
 import pytest
 
-from broker.identity import UNKNOWN, Holder, process_alive, proven_gone, start_time, this_process
+from broker.node.identity import (
+    UNKNOWN,
+    Holder,
+    process_alive,
+    proven_gone,
+    start_time,
+    this_process,
+)
 
 ME = Holder(
     host="box", boot="boot-1", netns="4026531833", pidns="4026531836", pid=2000, start="900",

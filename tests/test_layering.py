@@ -1,4 +1,6 @@
-"""The import rule: `protocol` and `store` are leaves and never import `broker`."""
+"""The import rules: `protocol` and `store` are leaves and never import `broker`; the engine
+imports no transport; the transports never import the node that composes them; and no module
+of the project takes part in an import cycle (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -139,3 +141,73 @@ def test_no_import_cycles_among_engine_modules() -> None:
                 elif nxt not in trail:
                     stack.append((nxt, [*trail, nxt]))
     assert cycles == []
+
+
+# -- the layout (issue 32) --------------------------------------------------------------------
+
+CHECKED_PACKAGES = ("broker", "protocol", "store", "benchmarks", "trioq")
+
+
+def import_graph(packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Each module of the packages -> the project modules it imports anywhere in its text: at
+    the top, inside functions, or under `if TYPE_CHECKING:` (a type-only import still ties the
+    two modules together for a reader and for mypy)."""
+    return {
+        module_name(path): {
+            name for name in absolute_imports(path) if source_of(name) is not None
+        } - {module_name(path)}
+        for package in packages
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (each an import
+    cycle), each sorted; a module importing itself is not one."""
+    reach: dict[str, set[str]] = {}
+    for start in graph:
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph.get(name, ()))
+        reach[start] = seen
+    components = {
+        frozenset({start} | {other for other in reach[start] if start in reach.get(other, ())})
+        for start in graph
+        if start in reach[start]
+    }
+    return sorted(sorted(component) for component in components)
+
+
+def test_the_cycle_finder_finds_a_cycle_through_three_modules() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"a"}}
+    assert strongly_connected(graph) == [["a", "b", "c"]]
+
+
+def test_no_module_takes_part_in_an_import_cycle() -> None:
+    graph = import_graph(CHECKED_PACKAGES)
+    assert {"broker.node.app", "broker.server.tcp", "benchmarks.loadgen", "trioq._client"} <= set(
+        graph
+    )
+    assert strongly_connected(graph) == []
+
+
+@pytest.mark.parametrize(
+    ("layer", "above"),
+    [
+        ("broker.server", "broker.node"),
+        ("broker.mcp", "broker.node"),
+        ("broker.services", "broker.node"),
+        ("broker.services", "broker.server"),
+    ],
+)
+def test_a_layer_never_reaches_the_layers_above_it(layer: str, above: str) -> None:
+    # The transports (and the MCP server and the services beside them) are composed by the
+    # node; none of them may reach it, even through another module.
+    files = sorted(ROOT.joinpath(*layer.split(".")).rglob("*.py"))
+    assert files, f"{layer} has no modules"
+    reached = reachable_from(files)
+    assert sorted(name for name in reached if name == above or name.startswith(above + ".")) == []

@@ -13,7 +13,7 @@ import anyio.abc
 from ._connection import Connection, Deadlines, Pool, Spawner
 from ._errors import ClientClosed
 from ._events import EventStream
-from ._job import Job
+from ._job import Job, get_job
 from ._queue import Queue
 from ._requester import Requester
 from ._wire import command
@@ -164,7 +164,7 @@ class Client:
     async def get_job(self, job_id: str, data_type: type[DataT]) -> Job[DataT] | None: ...
     async def get_job(self, job_id: str, data_type: Any = Any) -> Job[Any] | None:
         """The job with this id as the broker holds it now (None if it does not know it)."""
-        return await self.requester.get_job(job_id, data_type)
+        return await get_job(self.requester, job_id, data_type)
 
     def events(self, queue: str) -> EventStream:
         """The queue's job events, as an async iterator (`async for event in ...`)."""

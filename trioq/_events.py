@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -12,9 +13,6 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ._connection import Call, Connection, Pool
 from ._errors import ClientClosed, ServerError, Timeout
 from ._wire import command, decode_reply, decode_value
-
-if TYPE_CHECKING:
-    from ._client import Client
 
 SUBSCRIBE_EVENTS = command("SubscribeEvents")
 BUFFER = 10_000  # events held for a slow reader; past it the oldest new ones are dropped
@@ -48,6 +46,25 @@ def event_of(payload: bytes) -> Event | None:
     return Event(kind, queue, job_id, timestamp, body)
 
 
+class EventSource(Protocol):
+    """What an event stream needs of its client (_client.py's `Client`; named here so this
+    module does not import the client that imports it)."""
+
+    timeout: float
+    """Seconds a call may take (the subscription waits as long for its confirmation)."""
+
+    async def _start_pool(
+        self,
+        *,
+        size: int,
+        name: str,
+        on_ready: Callable[[Connection], None] | None = None,
+        on_event: Callable[[bytes], None] | None = None,
+    ) -> Pool:
+        """A new pool to the client's broker, once its first connection is open."""
+        ...
+
+
 class EventStream:
     """`async for event in client.events("emails")`: the queue's job events from now on.
 
@@ -56,7 +73,7 @@ class EventStream:
     connection as soon as the block ends; otherwise it closes with the client.
     """
 
-    def __init__(self, client: Client, queue: str) -> None:
+    def __init__(self, client: EventSource, queue: str) -> None:
         self._client = client
         self.queue = queue
         self.dropped = 0

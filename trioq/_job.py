@@ -5,15 +5,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 import msgspec
 
 from ._errors import JobFailed, ServerError, Timeout
-from ._wire import WireJob, command, decode_value
-
-if TYPE_CHECKING:
-    from ._requester import Requester
+from ._requester import Requester
+from ._wire import JobReply, WireJob, command, decode_typed, decode_value
 
 DataT = TypeVar("DataT")
 ResultT = TypeVar("ResultT")
@@ -184,7 +182,7 @@ class Job(Generic[DataT]):
     async def refresh(self) -> Job[DataT] | None:
         """The job as the broker holds it now (None if it is gone); this object is updated
         too."""
-        latest = await self._requester.get_job(self.id, self._type)
+        latest = await get_job(self._requester, self.id, self._type)
         if latest is None:
             return None
         for name, value in vars(latest).items():
@@ -286,3 +284,17 @@ class Job(Generic[DataT]):
 def is_missing(error: ServerError) -> bool:
     """Whether a ServerError says the job is not (or no longer) there."""
     return "not found" in error.message.lower()
+
+
+async def get_job(requester: Requester, job_id: str, data_type: Any = Any) -> Job[Any] | None:
+    """The job with this id, or None when the broker does not know it."""
+    payload = await requester.raw({"cmd": GET_JOB, "id": job_id}, idempotent=True)
+    try:
+        reply = decode_typed(payload, JobReply, GET_JOB)
+    except ServerError as exc:
+        if is_missing(exc):
+            return None
+        raise
+    if reply.job is None:
+        return None
+    return Job.from_wire(requester, reply.job, data_type)

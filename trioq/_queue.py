@@ -16,7 +16,7 @@ from protocol.values import queue_name
 from . import _tracing
 from ._connection import Call
 from ._errors import ServerError
-from ._job import Job
+from ._job import Job, get_job
 from ._options import JobOptions, wire_options
 from ._requester import Requester
 from ._wire import IdsReply, JobsReply, command, decode_typed, encode
@@ -258,7 +258,7 @@ class Queue(Generic[DataT]):
 
     async def get_job(self, job_id: str) -> Job[DataT] | None:
         """A job by id (None when the broker does not know it)."""
-        return await self._requester.get_job(job_id, self.data_type)
+        return await get_job(self._requester, job_id, self.data_type)
 
     async def get_job_by_custom_id(self, custom_id: str) -> Job[DataT] | None:
         """A job by the `job_id` it was added with."""

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._connection import Call, Deadlines, Pool, wait_call
-from ._errors import ServerError
-from ._wire import JobReply, command, decode_reply, decode_typed
+from ._wire import decode_reply
 
-if TYPE_CHECKING:
-    from ._job import Job
-
-GET_JOB = command("GetJob")
 _DEFAULT: Any = object()
 
 
@@ -51,18 +46,3 @@ class Requester:
         fields["cmd"] = name
         payload = await self.raw(fields, idempotent=idempotent, timeout=timeout)
         return decode_reply(payload, name)
-
-    async def get_job(self, job_id: str, data_type: Any = Any) -> Job[Any] | None:
-        """The job with this id, or None when the broker does not know it."""
-        from ._job import Job
-
-        payload = await self.raw({"cmd": GET_JOB, "id": job_id}, idempotent=True)
-        try:
-            reply = decode_typed(payload, JobReply, GET_JOB)
-        except ServerError as exc:
-            if "not found" in exc.message.lower():
-                return None
-            raise
-        if reply.job is None:
-            return None
-        return Job.from_wire(self, reply.job, data_type)

@@ -49,7 +49,7 @@ from protocol import CommandError
 from store import Record
 
 from .errors import EngineError
-from .model import uuid7
+from .ids import uuid7
 from .sink import ReplySink
 from .state import EngineState
 

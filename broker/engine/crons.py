@@ -22,8 +22,9 @@ from protocol import crons as cmd
 from store import Record
 
 from .errors import EngineError
+from .ids import uuid7
 from .keys import UNIQUE
-from .model import QUEUED_STATES, Job, uuid7
+from .model import QUEUED_STATES, Job
 from .routing import Routes
 from .schedule import ScheduleError, check_pattern, next_every, next_fire, zone
 from .sink import ReplySink

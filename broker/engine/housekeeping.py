@@ -35,7 +35,7 @@ import msgspec
 
 from store import Record
 
-from .model import uuid7
+from .ids import uuid7
 
 PURGE = "purge"
 PURGE_SLICE = 5_000

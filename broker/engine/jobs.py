@@ -22,6 +22,7 @@ from .bulk import BulkRunner
 from .bulk_jobs import AckBulk, PushBulk
 from .deadlines import settle_failure
 from .errors import EngineError
+from .ids import uuid7, uuid7s
 from .keys import DEBOUNCE, UNIQUE
 from .leases import active_job, is_late
 from .model import (
@@ -34,8 +35,6 @@ from .model import (
     WAITING_CHILDREN,
     Job,
     job_from_push,
-    uuid7,
-    uuid7s,
 )
 from .routing import Routes
 from .schedule import first_occurrence

@@ -27,7 +27,8 @@ from typing import Any
 from protocol import commands as cmd
 
 from .deadlines import GROUP_WAKE, POLL, QUEUE_SWEEP
-from .model import ACTIVE, Job, next_occurrence_of, uuid7
+from .ids import uuid7
+from .model import ACTIVE, Job, next_occurrence_of
 from .queues import JOB, QueueState, Waiter
 from .routing import Routes
 from .schedule import next_occurrence

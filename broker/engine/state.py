@@ -56,6 +56,7 @@ from .housekeeping import (
     trim_heap,
     worth_compacting,
 )
+from .ids import uuid7
 from .keys import DEBOUNCE, UNIQUE, KeyRegistry
 from .model import (
     ACTIVE,
@@ -70,7 +71,6 @@ from .model import (
     WAITING,
     WAITING_CHILDREN,
     Job,
-    uuid7,
 )
 from .queues import MAX_QUEUES, SWEEP_DELAY_MS, QueueState, QueueSweep
 from .retention import Retention, expire_retained, mark_finished, next_finish, retain

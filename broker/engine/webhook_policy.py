@@ -1,8 +1,9 @@
 """Where webhooks may go, as a rule over addresses (no network I/O): the SSRF policy.
 
-AddWebhook checks a URL's host as written (`refused_target`); delivery (broker/webhook_targets.py)
-checks every address a host resolves to with `address_kind`. Kept in the engine so the engine's
-AddWebhook needs no HTTP code; see broker/webhook_targets.py for the whole guard.
+AddWebhook checks a URL's host as written (`refused_target`); delivery
+(broker/services/webhook_targets.py) checks every address a host resolves to with
+`address_kind`. Kept in the engine so the engine's AddWebhook needs no HTTP code; see
+broker/services/webhook_targets.py for the whole guard.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from protocol import webhooks as cmd
 from store import Record
 
 from .errors import EngineError
-from .model import uuid7
+from .ids import uuid7
 from .routing import Reply, Routes
 from .sink import ReplySink
 from .webhook_policy import refused_target

@@ -21,7 +21,7 @@ import httpcore
 import trio
 
 from ..engine.webhook_policy import refused_target
-from ..webhook_targets import GuardedBackend
+from ..services.webhook_targets import GuardedBackend
 
 log = logging.getLogger(__name__)
 

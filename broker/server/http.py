@@ -1,5 +1,6 @@
-"""The HTTP port: health, readiness, Prometheus metrics, stats, the REST routes (routes.py), and
-the WebSocket endpoint `/ws`.
+"""The HTTP port: health, readiness, Prometheus metrics, stats, the REST routes, and the
+WebSocket endpoint `/ws`. Requests are routed by one table (routes.py): the pages answered
+here, and the routes that run one command each.
 
 h11 parses HTTP; trio-websocket speaks WebSocket. Both share the port: the request head is
 read first, and an upgrade to `/ws` is handed to trio-websocket with those bytes replayed.
@@ -19,7 +20,7 @@ import contextlib
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -37,12 +38,12 @@ from ..engine.actor import LOADING, EngineActor
 from ..events import EVENT_NAMES
 from ..mcp.asgi import PATH as MCP_PATH
 from ..mcp.asgi import McpEndpoint
-from ..metrics import CONTENT_TYPE, Metrics
+from ..services.metrics import CONTENT_TYPE, Metrics
 from . import sse
 from .dashboard import Collector, StaticFiles, flag, heap_stats, page_bounds
 from .frontdoor import FrontDoor, bearer_authorized, contain_failures
 from .jsonwire import command_from, parse_json, reply_json
-from .routes import Request, build_message, match
+from .routes import OPEN_PATHS, Answer, Page, Request, Route, answer_page, build_message, match
 from .slots import call
 from .unsent import UnsentBytes
 from .websocket import ReplayStream, serve_websocket
@@ -64,7 +65,6 @@ MAX_WEBSOCKETS = 1000
 # up to MAX_HEAD + READ_SIZE bytes of an unauthenticated request head, so their number is
 # what bounds that memory; past it a new connection is answered 503 and closed.
 MAX_CONNECTIONS = 2000
-OPEN_PATHS = frozenset({"/health", "/healthz", "/live", "/ready", "/metrics", "/prometheus"})
 JSON = "application/json"
 CORS_HEADERS = [
     ("access-control-allow-origin", "*"),
@@ -72,14 +72,9 @@ CORS_HEADERS = [
     ("access-control-allow-headers", "Content-Type, Authorization"),
 ]
 
-# Queue routes built from several commands (no single TCP command answers them).
-QUEUE_VIEWS = re.compile(r"/queues/(?P<queue>[^/]+)/(?P<view>workers|dlq/stats)")
-DASHBOARD_QUEUE = re.compile(r"/dashboard/queues/(?P<queue>[^/]+)")
 EVENTS = re.compile(r"/events(?:/queues/(?P<queue>[^/]+))?")
 # Jobs listed per state by `/dashboard/queues/:q?includeJobs=true`.
 DASHBOARD_JOBS = 20
-
-Answer = tuple[int, str, bytes]
 # Errors that mean the client left or broke the protocol: the connection ends, nothing is logged.
 PEER_GONE = (
     trio.BrokenResourceError,
@@ -165,19 +160,6 @@ class HttpServer:
         # connection answers one request before it reads the next, so the door holds no
         # per-connection state and one serves them all.
         self.door = FrontDoor(tokens, actor.clock.now_ms, preauthenticated=True, events_local=False)
-        # GET pages answered by the HTTP port itself (or from several commands).
-        self._pages: dict[str, Callable[[], Awaitable[Answer]]] = {
-            "/healthz": self._live,
-            "/live": self._live,
-            "/health": self._health_page,
-            "/ready": self._ready_page,
-            "/metrics": self._metrics_page,
-            "/prometheus": self._metrics_page,
-            "/stats": self._stats,
-            "/queues/summary": self._queues_summary,
-            "/dashboard": self._dashboard_overview,
-            "/heapstats": self._heap_stats,
-        }
 
     async def run(self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED):
         """Listen until cancelled; reports the listeners."""
@@ -284,37 +266,23 @@ class HttpServer:
             return 200, *static
         if path not in OPEN_PATHS and not self._authorized(request):
             return error(401, "Unauthorized")
-        page = self._pages.get(path) if method == "GET" else None
-        if page is not None and path in OPEN_PATHS:
-            return await page()
-        if not self.actor.loaded.is_set():  # at once: an HTTP client knows what 503 means
-            return error(503, LOADING)
-        if page is not None and self._serving():
-            return await page()
-        if not self._serving():
-            active = self.role_status() if self.role_status else {}
-            return error(503, f"standby: the active broker is at {active.get('active')}")
-        if method == "GET" and path == "/dashboard/queues":
-            return await self._dashboard_queues(parse_qs(url.query))
-        dashboard_queue = DASHBOARD_QUEUE.fullmatch(path)
-        if method == "GET" and dashboard_queue:
-            queue = unquote(dashboard_queue["queue"])
-            return await self._dashboard_queue(queue, flag(parse_qs(url.query), "includeJobs"))
-        if method == "POST" and path == "/gc":
-            return self._collect_garbage()
-        view = QUEUE_VIEWS.fullmatch(path)
-        if method == "GET" and view and view["view"] == "workers":
-            return await self._queue_workers(unquote(view["queue"]))
-        if method == "GET" and view:
-            return await self._dlq_stats(unquote(view["queue"]))
-        return await self._rest(method, url.path, url.query, body)
-
-    async def _rest(self, method: str, path: str, query: str, body: bytes | bytearray) -> Answer:
-        """A route of the table (routes.py): its command, run as TCP would."""
-        found = match(method, path)
-        if found is None:
+        route, params = match(method, path) or (None, {})
+        if not (isinstance(route, Page) and route.open):  # open pages answer in any state
+            if not self.actor.loaded.is_set():  # at once: an HTTP client knows what 503 means
+                return error(503, LOADING)
+            if not self._serving():
+                active = self.role_status() if self.role_status else {}
+                return error(503, f"standby: the active broker is at {active.get('active')}")
+        if route is None:
             return error(404, "Not found")
-        route, params = found
+        if isinstance(route, Page):
+            return await answer_page(self, route, Request(params, parse_qs(url.query), {}))
+        return await self._rest(route, params, url.query, body)
+
+    async def _rest(
+        self, route: Route, params: dict[str, str], query: str, body: bytes | bytearray
+    ) -> Answer:
+        """A command route of the table (routes.py): its command, run as TCP would."""
         try:
             fields = parse_json(body) if body.strip() else {}
         except ValueError as exc:
@@ -326,7 +294,7 @@ class HttpServer:
 
     # -- dashboard JSON ---------------------------------------------------------------------------
 
-    async def _dashboard_overview(self) -> Answer:
+    async def page_dashboard(self, request: Request) -> Answer:
         """DashboardOverview plus what only the HTTP port knows: the broker's health."""
         reply = await self._run({"cmd": "DashboardOverview"})
         data = reply["data"]
@@ -347,9 +315,9 @@ class HttpServer:
         }
         return 200, JSON, reply_json({"ok": True, "data": data})
 
-    async def _dashboard_queues(self, query: dict[str, list[str]]) -> Answer:
+    async def page_dashboard_queues(self, request: Request) -> Answer:
         """One page of DashboardQueues, each queue with its limits (`limit` 1..500, `offset`)."""
-        bounds = page_bounds(query)
+        bounds = page_bounds(request.query)
         if isinstance(bounds, str):
             return error(400, bounds)
         limit, offset = bounds
@@ -361,9 +329,10 @@ class HttpServer:
         data.update(queues=page, total=len(every), limit=limit, offset=offset)
         return 200, JSON, reply_json({"ok": True, "data": data})
 
-    async def _dashboard_queue(self, queue: str, include_jobs: bool) -> Answer:
+    async def page_dashboard_queue(self, request: Request) -> Answer:
         """DashboardQueue, with its limits and, on `includeJobs=true`, the first jobs of each
         state."""
+        queue, include_jobs = request.path["queue"], flag(request.query, "includeJobs")
         command = command_from({"cmd": "DashboardQueue", "queue": queue})
         if isinstance(command, Rejected):
             return error(400, command.error)
@@ -386,9 +355,9 @@ class HttpServer:
     async def _queue_limits(self, queue: str) -> dict[str, Any]:
         return (await self._run({"cmd": "GetQueueLimits", "queue": queue}))["data"]["limits"]
 
-    async def _heap_stats(self) -> Answer:
+    async def page_heap_stats(self, request: Request) -> Answer:
+        """The interpreter's heap statistics (dashboard.py's `heap_stats`)."""
         return 200, JSON, reply_json({"ok": True, "data": heap_stats()})
-
 
     def serve_engine(self, actor: EngineActor, metrics: Metrics) -> None:
         """Answer from another engine from now on (a PostgreSQL standby that took the lease,
@@ -401,7 +370,9 @@ class HttpServer:
         """Feed the SSE ring from `actor`'s events, and tell `metrics` the HTTP transports."""
         metrics.http_transports = lambda: (self.websockets, self.sse_clients)
         actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0, EVENT_NAMES)
-    def _collect_garbage(self) -> Answer:
+
+    async def page_gc(self, request: Request) -> Answer:
+        """A full garbage collection, at most one per 10 s (dashboard.py's `Collector`)."""
         result = self.collector.collect(trio.current_time())
         if result is None:
             return error(429, "A collection ran less than 10 s ago")
@@ -473,17 +444,21 @@ class HttpServer:
         self.sse_clients += change
         self.actor.bus.listeners_changed()  # the engine collects events only while one listens
 
-    async def _live(self) -> Answer:
+    async def page_live(self, request: Request) -> Answer:
+        """The process answers: plain `OK`."""
         return 200, "text/plain", b"OK"
 
-    async def _health_page(self) -> Answer:
+    async def page_health(self, request: Request) -> Answer:
+        """The broker's health (`_health`)."""
         return 200, JSON, reply_json(self._health())
 
-    async def _ready_page(self) -> Answer:
+    async def page_ready(self, request: Request) -> Answer:
+        """200 once commands are served here, else 503."""
         ready = self.ready
         return (200 if ready else 503), JSON, reply_json({"ok": ready, "ready": ready})
 
-    async def _metrics_page(self) -> Answer:
+    async def page_metrics(self, request: Request) -> Answer:
+        """The Prometheus text of the serving engine's metrics."""
         return 200, CONTENT_TYPE, self.metrics.render()
 
     def _authorized(self, request: h11.Request) -> bool:
@@ -507,7 +482,7 @@ class HttpServer:
             "queues": len(state.queues),
         } | (self.role_status() if self.role_status is not None else {})
 
-    async def _stats(self) -> Answer:
+    async def page_stats(self, request: Request) -> Answer:
         """Stored job counts, then since-start totals (named `total...`), and uptime in s."""
         counts = (await self._run({"cmd": "Stats"}))["stats"]
         totals = (await self._run({"cmd": "Metrics"}))["metrics"]
@@ -519,7 +494,7 @@ class HttpServer:
         stats = {**stored, **since_start, "uptime": self._uptime_s()}
         return 200, JSON, reply_json({"ok": True, "stats": stats})
 
-    async def _queues_summary(self) -> Answer:
+    async def page_queues_summary(self, request: Request) -> Answer:
         """Every queue with its pause state and job counts (a bare array, as the reference)."""
         summary = []
         for name in (await self._run({"cmd": "ListQueues"}))["queues"]:
@@ -528,8 +503,9 @@ class HttpServer:
             summary.append({"name": name, "paused": paused, "counts": counts})
         return 200, JSON, reply_json(summary)
 
-    async def _queue_workers(self, queue: str) -> Answer:
+    async def page_queue_workers(self, request: Request) -> Answer:
         """The live workers registered for one queue."""
+        queue = request.path["queue"]
         workers = (await self._run({"cmd": "ListWorkers"}))["data"]["workers"]
         serving = [
             worker
@@ -538,8 +514,9 @@ class HttpServer:
         ]
         return 200, JSON, reply_json({"ok": True, "workers": serving})
 
-    async def _dlq_stats(self, queue: str) -> Answer:
+    async def page_dlq_stats(self, request: Request) -> Answer:
         """How many failed jobs the queue's DLQ holds (the reference's `total` and `byQueue`)."""
+        queue = request.path["queue"]
         command = command_from({"cmd": "GetJobCounts", "queue": queue})
         if isinstance(command, Rejected):
             return error(400, command.error)

@@ -22,18 +22,30 @@ from __future__ import annotations
 import logging
 import os
 import select
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import outcome
 import trio
 
 if TYPE_CHECKING:
     from ..engine.actor import Batch, EngineActor
-    from .tcp import Connection
+    from .session import Session
 
 log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
+
+
+class Parked(Protocol):
+    """What the hub needs of a connection parked in it (tcp.py's `Connection`; named here so
+    the hub does not import the connection that imports it)."""
+
+    session: Session
+    """The connection's session (its id names it in a log line)."""
+
+    def take_now(self, chunk: bytes) -> Batch | None:
+        """The engine's batch of a chunk the hub read, or None to hand the chunk back."""
+        ...
 
 
 class ReadHub:
@@ -43,7 +55,7 @@ class ReadHub:
         self.actor = actor
         self._epoll = select.epoll()
         # fd -> (connection, its parked task)
-        self._parked: dict[int, tuple[Connection, Any]] = {}
+        self._parked: dict[int, tuple[Parked, Any]] = {}
         self._running = False
         self.reads_taken = 0
         """Reads whose commands the hub took without waking their connection."""
@@ -59,7 +71,7 @@ class ReadHub:
         """How many connections are parked now."""
         return len(self._parked)
 
-    async def park(self, connection: Connection, fd: int) -> bytes | None:
+    async def park(self, connection: Parked, fd: int) -> bytes | None:
         """Sleep until the hub hands the connection back: returns the chunk it read and could
         not take (b"" at end of stream), or None when the connection should read for itself
         (the hub stopped); raises BrokenResourceError when the socket failed."""

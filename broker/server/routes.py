@@ -1,5 +1,11 @@
-"""The HTTP route table: each route names the TCP command it runs and how that command's fields
-come from the path, the query string and the JSON body.
+"""The HTTP route table: every route of the HTTP port's requests, in one list (`TABLE`).
+
+A command route (`Route`) names the TCP command it runs and how that command's fields come from
+the path, the query string and the JSON body. A page (`Page`) is answered by the HTTP server
+itself, from what only it knows (health, metrics) or from several commands (dashboard views);
+an open page is served without a token, while the stored jobs load and on a standby.
+What takes over a connection instead of answering one request is decided before the table:
+the WebSocket upgrade (`/ws`), server-sent events (`/events`) and the MCP server (`/mcp`).
 
 Routes follow the reference server's (bunqueue's HTTP API), so a client written for it finds
 every route it uses. A route only builds a message; the HTTP server then decodes and validates it
@@ -10,10 +16,13 @@ the table for users.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
+
+Answer = tuple[int, str, bytes]
+"""An HTTP answer: status, content type, body."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +172,7 @@ def _route(method: str, path: str, command: str, build: Build, failure_status: i
     return Route(method, _path(path), command, build, failure_status, method in ("POST", "PUT"))
 
 
-ROUTES: list[Route] = [
+ROUTES: list[Route] = [  # the command routes
     # Jobs in a queue.
     _route("POST", f"{_QUEUE}/jobs", "PUSH", _push),
     _route("GET", f"{_QUEUE}/jobs", "PULL", _pull),
@@ -249,10 +258,120 @@ ROUTES: list[Route] = [
 ]
 
 
-def match(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+class Pages(Protocol):
+    """The pages the HTTP server answers itself (http.py's `HttpServer`)."""
+
+    async def page_live(self, request: Request) -> Answer:
+        """Liveness: the process answers."""
+        ...
+
+    async def page_health(self, request: Request) -> Answer:
+        """Health: loading or healthy, version, uptime, queues (and the role on PostgreSQL)."""
+        ...
+
+    async def page_ready(self, request: Request) -> Answer:
+        """Readiness: 200 once commands are served here, else 503."""
+        ...
+
+    async def page_metrics(self, request: Request) -> Answer:
+        """The Prometheus text."""
+        ...
+
+    async def page_stats(self, request: Request) -> Answer:
+        """Stored job counts and the totals since start."""
+        ...
+
+    async def page_queues_summary(self, request: Request) -> Answer:
+        """Every queue with its pause state and job counts."""
+        ...
+
+    async def page_dashboard(self, request: Request) -> Answer:
+        """The dashboard's overview."""
+        ...
+
+    async def page_dashboard_queues(self, request: Request) -> Answer:
+        """One page of the dashboard's queues."""
+        ...
+
+    async def page_dashboard_queue(self, request: Request) -> Answer:
+        """One queue for the dashboard."""
+        ...
+
+    async def page_heap_stats(self, request: Request) -> Answer:
+        """The interpreter's heap statistics."""
+        ...
+
+    async def page_gc(self, request: Request) -> Answer:
+        """Run a garbage collection (at most one per 10 s)."""
+        ...
+
+    async def page_queue_workers(self, request: Request) -> Answer:
+        """The live workers of one queue."""
+        ...
+
+    async def page_dlq_stats(self, request: Request) -> Answer:
+        """How many failed jobs one queue's DLQ holds."""
+        ...
+
+
+PageAnswer = Callable[[Pages, Request], Awaitable[Answer]]
+
+
+@dataclass(frozen=True)
+class Page:
+    """A route the HTTP server answers itself: method, path pattern, the name of the `Pages`
+    method answering it, and whether it is open (no token; served while loading and on a
+    standby)."""
+
+    method: str
+    pattern: re.Pattern[str]
+    answer: str
+    open: bool = False
+
+
+def _page(method: str, path: str, answer: PageAnswer, *, open: bool = False) -> Page:
+    # Named by the protocol's method (so mypy checks it exists), called on the server by name
+    # (`answer_page`): the protocol's own function is only its stub.
+    return Page(method, _path(path), answer.__name__, open)
+
+
+async def answer_page(pages: Pages, page: Page, request: Request) -> Answer:
+    """The page's answer, from the server's method of that name."""
+    answer: Callable[[Request], Awaitable[Answer]] = getattr(pages, page.answer)
+    return await answer(request)
+
+
+PAGES: list[Page] = [
+    _page("GET", "/healthz", Pages.page_live, open=True),
+    _page("GET", "/live", Pages.page_live, open=True),
+    _page("GET", "/health", Pages.page_health, open=True),
+    _page("GET", "/ready", Pages.page_ready, open=True),
+    _page("GET", "/metrics", Pages.page_metrics, open=True),
+    _page("GET", "/prometheus", Pages.page_metrics, open=True),
+    _page("GET", "/stats", Pages.page_stats),
+    _page("GET", "/queues/summary", Pages.page_queues_summary),
+    _page("GET", "/dashboard", Pages.page_dashboard),
+    _page("GET", "/heapstats", Pages.page_heap_stats),
+    _page("GET", "/dashboard/queues", Pages.page_dashboard_queues),
+    _page("GET", "/dashboard/queues/:queue", Pages.page_dashboard_queue),
+    _page("POST", "/gc", Pages.page_gc),
+    _page("GET", f"{_QUEUE}/workers", Pages.page_queue_workers),
+    _page("GET", f"{_QUEUE}/dlq/stats", Pages.page_dlq_stats),
+]
+"""The pages; an open page's path needs no token whatever the method (OPEN_PATHS)."""
+
+TABLE: list[Route | Page] = [*PAGES, *ROUTES]
+"""The one table the HTTP server routes by: the pages first, then the command routes (no path
+of one is a path of the other)."""
+
+OPEN_PATHS = frozenset(page.pattern.pattern for page in PAGES if page.open)
+"""Paths served without a token (their patterns are plain paths)."""
+
+
+def match(method: str, path: str) -> tuple[Route | Page, dict[str, str]] | None:
     """The route for a method and path, with its path parameters percent-decoded; None when
     no route has that path and method."""
-    for route in ROUTES:
+    for route in TABLE:
         found = route.pattern.fullmatch(path)
         if found and route.method == method:
             return route, {name: unquote(value) for name, value in found.groupdict().items()}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from broker import __version__
-from broker.cli import claim_data_dir
+from broker.node.cli import claim_data_dir
 from tests.support.broker import BrokerFactory, FrameSocket
 from tests.support.make import make, make_checkout
 

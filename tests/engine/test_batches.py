@@ -12,9 +12,9 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from tests.support.app import EPOCH_MS, Connect, memory_connector
 from tests.support.client import FrameClient
 from tests.support.engine import drain, push, state_of

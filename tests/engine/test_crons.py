@@ -8,9 +8,9 @@ from zoneinfo import ZoneInfo
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from tests.support.app import Broker, memory_connector
 from tests.support.client import FrameClient
 from tests.support.stores import StoreFactory

@@ -10,8 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.events import EVENT_NAMES, Subscription
+from broker.node.app import App
 from tests.support.client import FrameClient
 from tests.support.engine import push
 
@@ -212,7 +212,7 @@ async def test_a_snapshot_names_the_first_queues_and_counts_the_rest(
     autojump_clock: trio.testing.MockClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("broker.broadcasts.MAX_SNAPSHOT_QUEUES", 2)
+    monkeypatch.setattr("broker.services.broadcasts.MAX_SNAPSHOT_QUEUES", 2)
     assert app.actor is not None
     subscription = app.actor.bus.subscribe(["stats:snapshot"])
     for queue in ("c", "a", "b"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from broker.app import App
 from broker.events import DROPPED_SLOW, SUBSCRIBER_BUFFER
+from broker.node.app import App
 from tests.support.client import FrameClient
 from tests.support.engine import drain, push
 

@@ -13,14 +13,14 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
 from broker.engine import actor as actor_module
 from broker.engine import state as state_module
 from broker.engine.housekeeping import DROP_SLICE, PURGE, Graveyard, Purge, worth_compacting
 from broker.engine.model import Job
 from broker.engine.records import job_to_row
+from broker.node.app import App
+from broker.node.config import Config
 from store import JobRow, MemoryStore, Record, StoreError, open_sqlite
 from tests.support.app import EPOCH_MS, Broker, Connect, memory_connector
 from tests.support.client import FrameClient

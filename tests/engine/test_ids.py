@@ -5,8 +5,8 @@ import uuid
 
 import pytest
 
-from broker.engine import model
-from broker.engine.model import uuid7, uuid7s
+from broker.engine import ids as generator
+from broker.engine.ids import uuid7, uuid7s
 
 
 @pytest.fixture
@@ -14,7 +14,7 @@ def own_id_clock(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """The id generator's millisecond and counter put back after the test (which may freeze or
     step the clock), so that later ids follow the real clock again."""
     for name in ("_last_uuid_ms", "_uuid_counter", "_uuid_prefix"):
-        monkeypatch.setattr(model, name, getattr(model, name))
+        monkeypatch.setattr(generator, name, getattr(generator, name))
     return monkeypatch
 
 
@@ -44,7 +44,7 @@ def test_ids_stay_unique_and_sorted_while_the_clock_stands_still(
 ) -> None:
     # A coarse or stopped clock (a VM, a 15 ms timer): the counter runs out and moves the
     # millisecond on by itself, in bulk as one at a time.
-    own_id_clock.setattr(model.time, "time_ns", lambda: 1_700_000_000_000 * 1_000_000)
+    own_id_clock.setattr(generator.time, "time_ns", lambda: 1_700_000_000_000 * 1_000_000)
     ids = uuid7s(5000) + [uuid7() for _ in range(5000)] + uuid7s(5000)
     assert len(ids) == len(set(ids)) == 15000
     assert ids == sorted(ids)
@@ -78,13 +78,13 @@ def test_a_standing_clock_moves_the_ids_on_one_millisecond_per_4096(
     own_id_clock: pytest.MonkeyPatch,
 ) -> None:
     # The counter numbers every id of a millisecond: 8192 ids span at most three of them.
-    own_id_clock.setattr(model.time, "time_ns", lambda: 1_700_000_000_000 * 1_000_000)
+    own_id_clock.setattr(generator.time, "time_ns", lambda: 1_700_000_000_000 * 1_000_000)
     ids = [uuid7() for _ in range(8192)]
     assert len({text[:14] for text in ids}) <= 3
 
 
 def test_an_id_carries_the_millisecond_it_was_made_in(own_id_clock: pytest.MonkeyPatch) -> None:
-    own_id_clock.setattr(model, "_last_uuid_ms", 0)  # not run ahead by ids made before
+    own_id_clock.setattr(generator, "_last_uuid_ms", 0)  # not run ahead by ids made before
     before = time.time_ns() // 1_000_000
     made = int(uuid7().replace("-", "")[:12], 16)
     after = time.time_ns() // 1_000_000
@@ -96,7 +96,7 @@ def test_each_new_millisecond_starts_its_counter_below_1024(
 ) -> None:
     # A random start below 1024 leaves every millisecond room for at least 3072 ids.
     ticks = iter(range(1_700_000_000_000, 1_700_000_001_000))
-    own_id_clock.setattr(model, "_last_uuid_ms", 0)
-    own_id_clock.setattr(model.time, "time_ns", lambda: next(ticks) * 1_000_000)
+    own_id_clock.setattr(generator, "_last_uuid_ms", 0)
+    own_id_clock.setattr(generator.time, "time_ns", lambda: next(ticks) * 1_000_000)
     counters = [int(uuid7()[15:18], 16) for _ in range(300)]
     assert max(counters) < 1024 and len(set(counters)) > 100

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import trio
 
-from broker.app import App
 from broker.engine.keys import DEBOUNCE, UNIQUE, KeyRegistry
+from broker.node.app import App
 from tests.support.app import Broker
 from tests.support.client import FrameClient
 from tests.support.engine import push, state_of

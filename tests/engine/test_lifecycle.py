@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.engine.lifecycle import MAX_WAITS_PER_CONNECTION, TOO_MANY_WAITS
+from broker.node.app import App
 from store import open_sqlite
 from tests.support.app import Broker, Connect
 from tests.support.client import FrameClient

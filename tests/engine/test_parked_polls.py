@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
+from broker.node.app import App
 from tests.support.app import Connect
 from tests.support.client import FrameClient
 from tests.support.engine import push, state_of, without_req_id

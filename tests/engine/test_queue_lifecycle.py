@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import trio
 
-from broker.app import App
-from broker.config import Config
 from broker.engine import housekeeping
 from broker.engine import state as state_module
 from broker.engine.queues import SWEEP_DELAY_MS
 from broker.engine.state import EngineState
+from broker.node.app import App
+from broker.node.config import Config
 from tests.support.app import Connect, memory_connector, start_app
 from tests.support.client import FrameClient
 from tests.support.engine import push
@@ -254,7 +254,7 @@ async def test_past_max_queues_a_new_queue_is_refused_and_nothing_changes(
 
 
 async def test_max_queues_is_a_setting(tmp_path: Any) -> None:
-    from broker.config import load
+    from broker.node.config import load
 
     assert load(None, {}, {}).max_queues == 100_000
     assert load(None, {"TRIOQ_MAX_QUEUES": "50"}, {}).max_queues == 50

@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 import pytest
 import trio
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from tests.support.app import memory_connector
 
 DAY_MS = 24 * 3600 * 1000

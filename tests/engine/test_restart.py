@@ -12,13 +12,13 @@ import msgspec
 import pytest
 import trio
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
 from broker.engine.actor import LOAD_SLICE, Batch, EngineActor
 from broker.engine.core import Engine
 from broker.engine.crons import Cron
 from broker.engine.state import EngineState
+from broker.node.app import App
+from broker.node.config import Config
 from protocol.bulk import SLICED_ITEMS
 from store import MemoryStore, Record, open_sqlite
 from tests.support.actor import RecordingSession, command

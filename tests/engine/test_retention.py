@@ -10,14 +10,14 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
 from broker.engine import state as state_module
 from broker.engine.model import Job
 from broker.engine.retention import Retention, expire_retained, mark_finished
 from broker.engine.state import EngineState
 from broker.engine.timers import TimerWheel
+from broker.node.app import App
+from broker.node.config import Config
 from tests.support.app import EPOCH_MS, memory_connector
 from tests.support.client import FrameClient
 from tests.support.engine import push, state_of

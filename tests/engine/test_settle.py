@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from broker.app import App
+from broker.node.app import App
 from tests.support.app import Connect
 from tests.support.client import FrameClient
 from tests.support.engine import get_job, lease, push, state_of, without_req_id

@@ -11,12 +11,12 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
 from broker.engine.actor import Batch, EngineActor, Wake
 from broker.engine.core import Engine
 from broker.engine.inflight import InFlightCommit
+from broker.node.app import App
+from broker.node.config import Config
 from store import LeaseLost
 from tests.support.actor import LoggingSession, RecordingSession, command
 from tests.support.app import EPOCH_MS, memory_connector

@@ -9,11 +9,11 @@ import trio
 from mcp import ClientSession
 from mcp.shared.memory import create_connected_server_and_client_session
 
-from broker.app import App
 from broker.mcp.backend import EngineBackend
 from broker.mcp.handlers import HandlerRegistry
 from broker.mcp.server import build_server
 from broker.mcp.tools import Context
+from broker.node.app import App
 
 
 @pytest.fixture

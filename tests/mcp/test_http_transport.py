@@ -14,8 +14,8 @@ import trio
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
-from broker.app import App
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from tests.support.app import start_app
 
 # The SDK's client (httpx on Trio) leaves its response streams to the garbage collector when a

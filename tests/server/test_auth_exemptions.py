@@ -10,8 +10,8 @@ import trio
 import trio.testing
 import trio_websocket
 
-from broker.app import App
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from tests.support.app import start_app
 from tests.support.http import http
 from tests.support.websocket import call

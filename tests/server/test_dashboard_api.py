@@ -10,8 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from broker.server import sse
 from broker.server.http import store_kind
 from store import MemoryStore

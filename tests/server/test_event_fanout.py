@@ -17,8 +17,8 @@ import broker.events
 import broker.server.sse
 import broker.server.tcp
 import broker.server.websocket
-from broker.app import App
 from broker.events import DROPPED_FAILED, EVENT_NAMES, SUBSCRIBER_BUFFER
+from broker.node.app import App
 from broker.server.frontdoor import InFlight
 from broker.server.session import Session
 from broker.server.unsent import UnsentBytes

@@ -8,7 +8,7 @@ import json
 import trio
 import trio.testing
 
-from broker.app import App
+from broker.node.app import App
 from tests.support.client import FrameClient
 from tests.support.engine import push
 from tests.support.http import SseClient

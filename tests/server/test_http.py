@@ -8,8 +8,8 @@ import trio
 import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.app import App
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from tests.support.app import start_app
 from tests.support.http import http
 

@@ -13,9 +13,9 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from broker.server import http as http_module
 from store import StoreError
 from tests.support.app import EPOCH_MS, Connect, start_app

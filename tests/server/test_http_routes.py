@@ -8,7 +8,7 @@ import re
 import trio
 import trio.testing
 
-from broker.app import App
+from broker.node.app import App
 from broker.server.routes import ROUTES, match
 from tests.support.http import exchange, get, http
 

@@ -15,8 +15,8 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from broker.server.frontdoor import MAX_IN_FLIGHT
 from broker.server.tcp import Connection
 from protocol import frame

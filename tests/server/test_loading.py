@@ -12,10 +12,10 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
 from broker.engine.actor import LOADING, LOADING_HOLD_S, EngineActor
+from broker.node.app import App
+from broker.node.config import Config
 from store import open_postgres
 from store.memory import MemoryStore
 from tests.support.app import EPOCH_MS, memory_connector

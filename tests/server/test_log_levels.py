@@ -1,6 +1,6 @@
 """Log levels an operator reads: the end of a database outage is INFO (nothing to act on), its
-start WARNING (broker/logs.py says which is which). The normal start-up of a PostgreSQL broker is
-checked on a real process in tests/e2e/test_postgres.py."""
+start WARNING (broker/node/logs.py says which is which). The normal start-up of a PostgreSQL
+broker is checked on a real process in tests/e2e/test_postgres.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import trio
 
-from broker.app import App
-from broker.config import Config
-from broker.ha import RoleLoop, keep_lease
+from broker.node.app import App
+from broker.node.config import Config
+from broker.node.ha import RoleLoop, keep_lease
 from store import StoreUnavailable
 from store.postgres import Lease
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from broker.metrics import FOLD_AT, LATENCY_BUCKETS, PASS_BUCKETS, FastHistogram, Metrics
+from broker.services.metrics import FOLD_AT, LATENCY_BUCKETS, PASS_BUCKETS, FastHistogram, Metrics
 
 
 def test_a_duration_in_ms_is_counted_in_seconds_and_a_negative_one_as_zero() -> None:

@@ -10,9 +10,9 @@ import trio
 import trio.testing
 import trio_websocket
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from store import open_postgres
 from tests.support.app import EPOCH_MS, memory_connector, start_app
 from tests.support.client import FrameClient

@@ -9,10 +9,10 @@ from typing import Any
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
-from broker.metrics_reference import MAX_QUEUE_SERIES
+from broker.node.app import App
+from broker.node.config import Config
+from broker.services.metrics_reference import MAX_QUEUE_SERIES
 from store import open_sqlite
 from tests.support.app import EPOCH_MS, memory_connector
 from tests.support.client import FrameClient

@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from broker.app import App
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from broker.server import frontdoor
 from broker.server.guards import AuthThrottle
 from protocol import frame

@@ -16,8 +16,8 @@ import trio
 import trio.testing
 import trio_websocket
 
-from broker.app import App
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from broker.server.unsent import MIB
 from tests.support.app import memory_connector, start_app
 from tests.support.client import FrameClient

@@ -13,9 +13,9 @@ import h11
 import pytest
 import trio
 
-from broker.config import Config
 from broker.engine.webhooks import Delivered, Webhook, WebhookRegistry
-from broker.webhooks import WebhookDispatcher
+from broker.node.config import Config
+from broker.services.webhooks import WebhookDispatcher
 from tests.support.app import Broker, memory_connector, start_app
 from tests.support.client import FrameClient
 from tests.support.engine import push

@@ -9,8 +9,8 @@ import trio
 import trio.testing
 import trio_websocket
 
-from broker.app import App
 from broker.events import DROPPED_SLOW, SUBSCRIBER_BUFFER
+from broker.node.app import App
 from tests.support.websocket import call, connect
 
 

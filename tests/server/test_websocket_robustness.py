@@ -11,8 +11,8 @@ import trio
 import trio.testing
 import trio_websocket
 
-from broker.app import App
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from broker.server import frontdoor
 from broker.server import http as http_module
 from tests.support.app import Connect, start_app

@@ -13,9 +13,9 @@ import apsw
 import pytest
 import trio
 
-from broker.app import App
 from broker.clock import Clock
-from broker.config import Config
+from broker.node.app import App
+from broker.node.config import Config
 from store import JobRow, open_sqlite
 from tests.support.app import EPOCH_MS, memory_connector
 from tests.support.engine import push

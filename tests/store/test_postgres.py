@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import trio
 
-from broker.ha import StepDown, keep_lease
+from broker.node.ha import StepDown, keep_lease
 from store import JobRow, LeaseLost, StoreError, StoreUnavailable, open_postgres
 from store.postgres import CONNECT_TIMEOUT_S, SCHEMA_VERSION, PostgresStore, _first_line
 from tests.support.postgres import PrivateServer

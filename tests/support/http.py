@@ -9,7 +9,7 @@ import h11
 import trio
 import trio.testing
 
-from broker.app import App
+from broker.node.app import App
 
 
 async def http(

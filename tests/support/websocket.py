@@ -8,7 +8,7 @@ import trio
 import trio.testing
 import trio_websocket
 
-from broker.app import App
+from broker.node.app import App
 
 
 async def connect(

@@ -1,7 +1,7 @@
 """The `trioq` command line: `trioq serve [options]`, and `trioq worker module:attr` (the
 client package's worker runner, trioq/cli.py, imported only when that command is used).
 
-Every setting of broker/config.py is a flag (`--http-port`), an environment variable
+Every setting of config.py is a flag (`--http-port`), an environment variable
 (`TRIOQ_HTTP_PORT`) and a key of the optional TOML file (`http_port`); `--help` lists them
 with their defaults.
 """
@@ -20,10 +20,11 @@ import trio
 
 from store import StoreError
 
-from . import __version__, logs
+from .. import __version__
+from ..mcp import stdio as mcp_stdio
+from . import logs
 from .app import open_store, serve_until_signalled
 from .config import DB_FILE, ENV_PREFIX, Config, ConfigError, load, settings
-from .mcp import stdio as mcp_stdio
 
 ALIASES = {"postgres_url": ["--postgres"]}
 """Shorter flags some settings also answer to (the issue's and README's spelling)."""

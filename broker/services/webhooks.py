@@ -26,10 +26,11 @@ import httpcore
 import msgspec
 import trio
 
-from .engine.webhooks import Delivered, Webhook, WebhookRegistry
+from ..engine.webhooks import Delivered, Webhook, WebhookRegistry
 from .webhook_targets import GuardedBackend, RefusedTarget, Resolver, resolve
 
-log = logging.getLogger(__name__)
+# Named as before the move to broker/services/: operators filter and alert on it.
+log = logging.getLogger("broker.webhooks")
 
 __all__ = ["Webhook", "WebhookDispatcher", "post", "signature"]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import trio
 
-from .engine.core import Engine
-from .engine.model import ACTIVE, COMPLETED, DELAYED, FAILED, PRIORITIZED, WAITING
-from .engine.workers import WORKER_TIMEOUT_MS
-from .events import EventBus
+from ..engine.core import Engine
+from ..engine.model import ACTIVE, COMPLETED, DELAYED, FAILED, PRIORITIZED, WAITING
+from ..engine.workers import WORKER_TIMEOUT_MS
+from ..events import EventBus
 from .metrics_reference import resident_bytes
 
 COUNTS_COALESCE_S = 0.010  # the reference's

@@ -25,7 +25,7 @@ from typing import Any
 import httpcore
 import trio
 
-from .engine.webhook_policy import address_kind, refused_target
+from ..engine.webhook_policy import address_kind, refused_target
 
 __all__ = ["GuardedBackend", "RefusedTarget", "Resolver", "refused_target", "resolve"]
 

@@ -25,16 +25,25 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import trio
 
 from store import LeaseLost, StoreUnavailable
 from store.postgres import Lease, PostgresStore
 
-from .clock import Clock
-from .engine.actor import EngineActor
-from .engine.core import Engine
+from ..clock import Clock
+from ..engine.actor import EngineActor
+from ..engine.core import Engine
+from ..engine.state import EngineState
+from ..server.http import HttpServer
+from ..server.tcp import TcpServer
+from ..server.unsent import UnsentBytes
+from ..services.broadcasts import Broadcasts
+from ..services.metrics import Metrics
+from ..services.webhooks import WebhookDispatcher
+from .config import Config
 from .forwarding import (
     MAX_WAITING,
     MIN_WAIT_S,
@@ -47,14 +56,9 @@ from .forwarding import (
     turn_away,
 )
 from .identity import Holder, proven_gone, this_process
-from .metrics import Metrics
-from .server.http import HttpServer
-from .server.tcp import TcpServer
 
-if TYPE_CHECKING:
-    from .app import App
-
-log = logging.getLogger(__name__)
+# Named as before the move to broker/node/: operators filter and alert on it.
+log = logging.getLogger("broker.ha")
 
 STANDBY, ACTIVE = "standby", "active"
 POLLS_PER_TTL = 10
@@ -62,7 +66,38 @@ POLLS_PER_TTL = 10
 RECONNECT_WAIT_S = 0.2
 """A client waiting for an active broker looks again this often (or at a change)."""
 
-__all__ = ["RoleLoop", "StepDown", "advertised_address", "keep_lease", "split_address"]
+__all__ = ["RoleHost", "RoleLoop", "StepDown", "advertised_address", "keep_lease", "split_address"]
+
+
+class RoleHost(Protocol):
+    """What the role loop needs of the broker it runs (app.py's `App`): its settings, its
+    shutdown, how an engine is made and wired, and where each term's servers are shown."""
+
+    config: Config
+    clock: Clock | None
+    unsent: UnsentBytes
+    stopped: trio.Event
+    actor: EngineActor | None
+    """The active term's engine (kept after the term, as a single broker's is)."""
+    tcp: TcpServer | None
+    http: HttpServer | None
+    http_listeners: list[Any]
+    broadcasts: Broadcasts
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the broker is shutting down."""
+        ...
+
+    def new_state(self) -> EngineState:
+        """An empty engine state, configured."""
+        ...
+
+    def wire(
+        self, actor: EngineActor, tcp: TcpServer, role: Callable[[], str] | None = None
+    ) -> tuple[Metrics, WebhookDispatcher]:
+        """Connect an engine to its metrics and webhooks; sets `broadcasts`."""
+        ...
 
 
 class StepDown(Exception):
@@ -107,7 +142,7 @@ class RoleLoop:
     """Runs one broker of a PostgreSQL schema: standby and active terms, one after another,
     on the same TCP and HTTP ports, until the App is shut down."""
 
-    def __init__(self, app: App, store: PostgresStore) -> None:
+    def __init__(self, app: RoleHost, store: PostgresStore) -> None:
         self.app = app
         self.store = store
         self.role = STANDBY

@@ -42,8 +42,8 @@ from typing import Any
 
 import msgspec
 
-from .client import decode_ext
-from .servers import REFERENCE_DIR
+from ..client import decode_ext
+from ..servers import REFERENCE_DIR
 
 HEADER = struct.Struct(">I")
 ID_WIDTH = 8
@@ -543,7 +543,7 @@ def run_plan(plan: Plan) -> RunResult:
 
 def fill_queue(host: str, port: int, queue: str, jobs: int, batch: int = 500) -> None:
     """Put ``jobs`` jobs into ``queue`` with PUSHB (untimed set-up of the consumer scenarios)."""
-    from .client import Client
+    from ..client import Client
 
     item = {"name": "bench", "data": {"body": PAYLOAD_BODY}}
     with Client(host, port, timeout=120) as client:
@@ -711,17 +711,3 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if not args.compare and args.port is None:
         parser.error("--port is required unless --compare is given")
     return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point."""
-    args = parse_args(argv)
-    if args.compare:
-        from .compare import run_compare
-
-        return run_compare(args)
-    return run_single(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,24 +22,25 @@ import trio
 
 from store import Store, StoreError, open_postgres, open_sqlite
 
-from .broadcasts import Broadcasts
-from .clock import Clock
+from ..clock import Clock
+from ..engine.actor import EngineActor
+from ..engine.core import Engine
+from ..engine.state import EngineState
+from ..server.http import HttpServer
+from ..server.tcp import TcpServer
+from ..server.unsent import MIB, UnsentBytes
+from ..services.broadcasts import Broadcasts
+from ..services.metrics import Metrics
+from ..services.webhooks import WebhookDispatcher
 from .config import Config
-from .engine.actor import EngineActor
-from .engine.core import Engine
-from .engine.state import EngineState
 
 if TYPE_CHECKING:
     from store.postgres import PostgresStore
 
 __all__ = ["App", "open_store", "serve_until_signalled"]
-from .metrics import Metrics
-from .server.http import HttpServer
-from .server.tcp import TcpServer
-from .server.unsent import MIB, UnsentBytes
-from .webhooks import WebhookDispatcher
 
-log = logging.getLogger(__name__)
+# Named as before the move to broker/node/: operators filter and alert on it.
+log = logging.getLogger("broker.app")
 
 
 class App:
