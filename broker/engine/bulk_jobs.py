@@ -327,8 +327,12 @@ class AckBulk(Bulk):
             result, token = self._position(index)
             self.values.append(result)
             job: Job | None = jobs.get(job_id)
-            ok = job is not None and job.state == ACTIVE
-            if not ok or token is not None or job.lock_token is not None:  # type: ignore[union-attr]
+            if (
+                job is None
+                or job.state != ACTIVE
+                or token is not None
+                or job.lock_token is not None
+            ):
                 job = None if is_late(state, job_id, token) else active_job(state, job_id, token)
             if job_id in self.seen:  # a repeated id: its first position settles the job
                 job = None
@@ -354,16 +358,18 @@ class AckBulk(Bulk):
                 job = self.settling[index]
                 self.settling[index] = None
                 result = self.values[index]
-                current = job is not None and jobs.get(job.id) is job and job.state == ACTIVE
-                if current and (job.started_at, job.lock_token) != self.activations[index]:  # type: ignore[union-attr]
-                    current = False
+                current = (
+                    job is not None
+                    and jobs.get(job.id) is job
+                    and job.state == ACTIVE
+                    and (job.started_at, job.lock_token) == self.activations[index]
+                )
             else:  # resumed: checked before the restart, so only the job's state counts
                 result, token = self._position(index)
                 job = jobs.get(self.ids[index])
-                current = job is not None and job.state == ACTIVE
-                current = current and token == job.lock_token  # type: ignore[union-attr]
-            if current:
-                completing.append(job)  # type: ignore[arg-type]
+                current = job is not None and job.state == ACTIVE and token == job.lock_token
+            if current and job is not None:
+                completing.append(job)
                 results.append(result)
             else:
                 self.ignored.append(index)

@@ -208,12 +208,12 @@ class Flows:
             and child.id in parent.depends_on
             and child.state in (*QUEUED_STATES, WAITING_CHILDREN, ACTIVE)
         )
-        if not removable:
+        if parent is None or not removable:
             return {"ok": True, "removed": False}
-        parent.children_ids = [i for i in parent.children_ids if i != child.id]  # type: ignore[union-attr]
+        parent.children_ids = [i for i in parent.children_ids if i != child.id]
         child.parent_id = None
         self.state.touch(child)
-        self.state.drop_dependency(parent, child.id, now)  # type: ignore[arg-type]
+        self.state.drop_dependency(parent, child.id, now)
         return {"ok": True, "removed": True}
 
     def remove_unprocessed_children(

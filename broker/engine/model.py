@@ -187,7 +187,7 @@ class Options:
 
 
 DEFAULT_OPTIONS = Options()
-_WITH_ID = tuple(default for _, default in OPTION_FIELDS[:8])  # up to custom_id
+_WITH_ID = dict(OPTION_FIELDS[:8])  # the defaults of the fields before custom_id
 MAX_INTERNED = 10_000
 _interned_options: dict[tuple[tuple[Any, ...], tuple[type, ...]], Options] = {}
 
@@ -220,7 +220,7 @@ _OWN = tuple(
 
 def options_with_id(custom_id: str) -> Options:
     """The Options of a job pushed with only a jobId."""
-    return Options(*_WITH_ID, custom_id)  # type: ignore[call-arg]
+    return Options(**_WITH_ID, custom_id=custom_id)
 
 
 def options_for(values: tuple[Any, ...]) -> Options:
