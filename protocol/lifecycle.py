@@ -14,6 +14,7 @@ import msgspec
 
 from .commands import Command, optional_finite
 from .errors import CommandError
+from .fields import FromRaw
 from .jobspec import NO_DATA, job_data
 from .values import (
     MAX_LOG_LINE_BYTES,
@@ -205,11 +206,11 @@ class ChangePriority(JobCommand, tag="ChangePriority"):
 class Update(JobCommand, tag="Update"):
     """Replace a job's data."""
 
-    data: msgspec.Raw = NO_DATA
+    data: FromRaw[bytes] = NO_DATA
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.data = job_data(self.data)  # type: ignore[assignment]  # normalised: plain bytes
+        self.data = job_data(self.data)
 
 
 class Progress(JobCommand, tag="Progress"):

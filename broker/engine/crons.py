@@ -133,7 +133,7 @@ class CronScheduler:
             raise EngineError(str(exc)) from None
         old = self.crons.get(command.name)
         cron = Cron(
-            command.name, command.queue, command.data, command.schedule,  # type: ignore[arg-type]
+            command.name, command.queue, command.data, command.schedule,
             command.repeatEvery, command.priority, command.maxLimit, command.timezone,
             command.uniqueKey, command.preventOverlap, command.skipMissedOnRestart, now,
             old.executions if old else 0, command.jobName,

@@ -59,9 +59,9 @@ class Flows:
         """PUSHF: the whole graph or nothing; one snapshot per input job, in input order. A
         large one is checked and added in slices, answered once all are (bulk_jobs.py)."""
         if command.large:
-            self.bulks.start(FlowBulk(self, session, command.reqId, command.jobs))
+            self.bulks.start(FlowBulk(self, session, command.reqId, command.raw_jobs))
             return None
-        nodes: list[cmd.FlowJob] = command.jobs  # type: ignore[assignment]
+        nodes = command.jobs
         self._check_graph(nodes)
         by_queue: dict[str, list[Any]] = {}
         for node in nodes:

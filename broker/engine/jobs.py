@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -113,13 +113,16 @@ class JobCommands:
         """PUSHB: every item checked first (dependsOn may name customIds of the batch). A
         large one is checked and added in slices, answered once all are (bulk_jobs.py)."""
         if command.large:
-            self.bulks.start(PushBulk(self, session, command.reqId, command.queue, command.jobs))
+            bulk = PushBulk(self, session, command.reqId, command.queue, command.raw_jobs)
+            self.bulks.start(bulk)
             return None
-        items: list[Any] = command.jobs  # type: ignore[assignment]
+        items = command.jobs
         queue = command.queue
         batch_ids = {item.customId for item in items if item.customId is not None}
         earlier_keys: dict[str, str | None] = {}  # uniqueKey -> customId of its first item
         for index, item in enumerate(items):
+            if not item.optionsGiven and item.customId is None:
+                continue  # a plain job: nothing to check
             try:
                 if item.customId is not None and item.customId in (item.dependsOn or ()):
                     raise errors.self_dependency(item.customId)
@@ -147,6 +150,11 @@ class JobCommands:
         taken: dict[str, str] = {}
         fresh = iter(uuid7s(len(items)))
         for item in items:
+            if not item.optionsGiven and item.customId is None:  # a plain job: no duplicate
+                job = job_from_push(item, queue, next(fresh), None, now)
+                created.append(job)
+                ids.append(job.id)
+                continue
             existing = self._settle_duplicate(queue, item, item.customId, now)
             if existing is None and item.customId is not None:
                 existing = taken.get(item.customId)
@@ -274,7 +282,7 @@ class JobCommands:
                 return already_finalized()
             job = active_job(self.state, command.id, token)
         remove = command.removeOnComplete or job.opts.remove_on_complete
-        self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
+        self.state.complete(job, now, command.result, remove)
         return {"ok": True}
 
     def ack_batch(self, session: ReplySink, command: cmd.AckBatch, now: float) -> Reply | None:
@@ -282,11 +290,12 @@ class JobCommands:
         active (a late settle, a repeated id) are ignored and reported. A large one is
         checked and settled in slices, answered once all are (bulk_jobs.py)."""
         if command.large:
-            bulk = AckBulk(session, command.reqId, command.ids, command.results, command.tokens)
+            raw = command.raw_ids, command.raw_results, command.raw_tokens
+            bulk = AckBulk(session, command.reqId, *raw)
             self.bulks.start(bulk)
             return None
-        ids: list[str] = command.ids  # type: ignore[assignment]
-        tokens: list[Any] = command.tokens or [None] * len(ids)  # type: ignore[assignment]
+        ids = command.ids
+        tokens = command.tokens or [None] * len(ids)
         jobs = self.state.jobs
         settling: list[Job | None] = []  # the job at each position, None where ignored
         ignoring = False
@@ -310,9 +319,9 @@ class JobCommands:
                 if job_id in seen:
                     ignoring, settling[index] = True, None
                 seen.add(job_id)
-        results: list[Any] = command.results or [None] * len(ids)  # type: ignore[assignment]
-        if not ignoring:
-            self.state.complete_many(settling, results, now)  # type: ignore[arg-type]
+        results = command.results or [None] * len(ids)
+        if not ignoring:  # then no position is None
+            self.state.complete_many(cast(list[Job], settling), results, now)
             return {"ok": True}
         ignored = [index for index, job in enumerate(settling) if job is None]
         self.state.complete_many(

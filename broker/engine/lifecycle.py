@@ -226,7 +226,7 @@ class Lifecycle:
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in (*QUEUED_STATES, ACTIVE, WAITING_CHILDREN):
             raise EngineError("Job not found or cannot be updated")
-        job.data = command.data  # type: ignore[assignment]
+        job.data = command.data
         self.state.touch(job)
         self.state.emit("data-updated", job)
         return {"ok": True}
