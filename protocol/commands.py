@@ -55,14 +55,14 @@ class Command(msgspec.Struct, kw_only=True, tag_field="cmd"):
 class Hello(Command, tag="Hello"):
     """Protocol negotiation; the server answers with its own version and capabilities."""
 
-    protocolVersion: Any = None
-    capabilities: Any = None
+    protocolVersion: object = None
+    capabilities: object = None
 
 
 class Auth(Command, tag="Auth"):
     """Authenticate the connection with a token."""
 
-    token: Any = None
+    token: object = None
 
 
 class Ping(Command, tag="Ping"):
@@ -141,7 +141,7 @@ class PushBatch(Command, tag="PUSHB"):
 class PushBatchItems(msgspec.Struct):
     """PUSHB with its items kept raw, to find which item is invalid (the slow path)."""
 
-    queue: Any = None
+    queue: object = None
     jobs: list[msgspec.Raw] | None = None
 
     def __post_init__(self) -> None:
@@ -406,7 +406,7 @@ class RegisterWorker(Command, tag="RegisterWorker"):
     workerId: Checked[str | None] = None
     hostname: Checked[str | None] = None
     pid: Checked[float | None] = None
-    startedAt: Any = None
+    startedAt: object = None
 
     def __post_init__(self) -> None:
         self.name = required_str(self.name, "name")

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from .bulk import SLICED_ITEMS, array_length, given
 from .commands import Command, PushItem, decode_items
 from .errors import CommandError, readable_validation_error
-from .fields import Checked, checked_only
+from .fields import ABSENT, Checked, checked_only
 from .values import queue_name, required_str
 
 MAX_FLOW_JOBS = 10_000
@@ -25,8 +23,8 @@ POLICIES = (
 class FlowNode(msgspec.Struct):
     """One job of a PUSHF graph as it arrives: its final id, its queue, its options raw."""
 
-    id: Any = None
-    queue: Any = None
+    id: object = None
+    queue: object = None
     input: msgspec.Raw = msgspec.Raw()
 
 
@@ -101,8 +99,8 @@ def read_nodes(array: msgspec.Raw | bytes) -> list[FlowNode]:
 class UpdateParent(Command, tag="UpdateParent"):
     """Legacy flows: attach an already pushed child to its parent."""
 
-    childId: Any = None
-    parentId: Any = None
+    childId: Checked[str] = ABSENT
+    parentId: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.childId = required_str(self.childId, "childId")
@@ -112,7 +110,7 @@ class UpdateParent(Command, tag="UpdateParent"):
 class ParentQuery(Command):
     """A query about a parent job's children."""
 
-    id: Any = None
+    id: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
