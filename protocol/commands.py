@@ -88,8 +88,9 @@ class PushItem(JobFields):
     customId: Checked[str | None] = None
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        self.customId = short_str(self.customId, "customId") or None
+        JobFields.__post_init__(self)  # not super(): this runs for every item of a batch
+        if self.customId is not None:
+            self.customId = short_str(self.customId, "customId") or None
 
 
 _decode_item = msgspec.msgpack.Decoder(PushItem, ext_hook=ext_hook).decode

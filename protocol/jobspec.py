@@ -241,7 +241,25 @@ class JobFields(msgspec.Struct, kw_only=True):
     optionsGiven: Checked[bool] = ABSENT
 
     def __post_init__(self) -> None:
-        self._check_data()
+        # The data and name checks (`job_payload` and the name rule) written out here: this
+        # runs for every job of every batch, and a call costs more than most of them.
+        raw = bytes(self.data)
+        if not raw or raw == JS_UNDEFINED:
+            raise CommandError("data is required")
+        if len(raw) > MAX_DATA_BYTES:
+            raise CommandError("Job data too large (max 10MB)")
+        try:
+            payload = _decode_any(raw)
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            raise CommandError("data is not valid MessagePack (strings must be UTF-8)") from None
+        name: Any = self.name
+        if name is None:
+            name, raw = hoist_name(raw, payload)
+            self.name = name = "default" if name is None else name
+        # The reference's rule and text, for a given name and one an older SDK put in data.
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_JOB_NAME:
+            raise CommandError(BAD_JOB_NAME)
+        self.data = raw
         options = _option_slices.get(self.__class__) or option_slice(self.__class__)
         if (
             _astuple(self)[options] == _PLAIN_OPTIONS
@@ -262,26 +280,6 @@ class JobFields(msgspec.Struct, kw_only=True):
         self.backoffConfig = None
         self._check_numbers()
         self._check_strings_and_flags()
-
-    def _check_data(self) -> None:
-        # `job_payload` written out: this runs for every job of every batch.
-        raw = bytes(self.data)
-        if not raw or raw == JS_UNDEFINED:
-            raise CommandError("data is required")
-        if len(raw) > MAX_DATA_BYTES:
-            raise CommandError("Job data too large (max 10MB)")
-        try:
-            payload = _decode_any(raw)
-        except (msgspec.DecodeError, ValueError, RecursionError):
-            raise CommandError("data is not valid MessagePack (strings must be UTF-8)") from None
-        name: Any = self.name
-        if name is None:
-            name, raw = hoist_name(raw, payload)
-            self.name = name = "default" if name is None else name
-        # The reference's rule and text, for a given name and one an older SDK put in data.
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_JOB_NAME:
-            raise CommandError(BAD_JOB_NAME)
-        self.data = raw
 
     def _check_numbers(self) -> None:
         # Every check is guarded by `is not None`: most jobs set few options, and this runs for

@@ -25,8 +25,10 @@ def check_group_room(
     jobs = state.jobs
     for index, item in enumerate(items):
         group = item.groupId
+        if group is None:  # most jobs: no group, nothing more to read
+            continue
         custom_id = getattr(item, "customId", None) or getattr(item, "jobId", None)
-        if group is None or (custom_id is not None and custom_id in jobs):
+        if custom_id is not None and custom_id in jobs:
             continue
         depth = pending.get(group, 0) + adding.get(group, 0) + 1
         cap = item.groupMaxSize
