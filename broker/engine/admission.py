@@ -5,8 +5,10 @@ Functions; they only read EngineState.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from protocol.jobspec import JobFields
 
 from .errors import EngineError, id_still_named
 from .model import WAITING_CHILDREN
@@ -15,7 +17,7 @@ from .state import EngineState
 
 
 def check_group_room(
-    state: EngineState, queue_name: str, items: list[Any], batch: bool = False
+    state: EngineState, queue_name: str, items: Sequence[JobFields], batch: bool = False
 ) -> None:
     """groupMaxSize admission, all or nothing: no job may take its group's pending depth
     past its cap, counting the jobs of the same batch ahead of it."""

@@ -9,7 +9,7 @@ the connection's task), and the actor runs one pass in each of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable
 from functools import partial
 from typing import Any, Protocol
 
@@ -17,7 +17,7 @@ import msgspec
 
 from protocol import CommandError
 from protocol.bulk import NIL, given
-from protocol.commands import decode_items, raw_or_none
+from protocol.commands import PushItem, decode_items, raw_or_none
 from protocol.flows import MAX_FLOW_BYTES, FlowJob, FlowNode, check_node, read_nodes
 from protocol.values import lease_token
 
@@ -36,14 +36,14 @@ class PushChecks(Protocol):
 
     state: EngineState
 
-    def check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
+    def check_dependencies(self, depends_on: Iterable[str], batch_ids: Container[str]) -> None:
         """Every dependency is held, completed, or a customId of the batch."""
 
     def check_held_replace(self, queue: str, key: str, named: Callable[[str], bool]) -> None:
         """A dedup replace of the job holding `key` drops no job others wait for (the
         batch's items up to the replacing one among them: `named(id)`)."""
 
-    def add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+    def add_batch(self, queue: str, items: list[PushItem], now: float) -> list[str]:
         """Add checked items in order; the id each stands for."""
 
 
@@ -185,7 +185,7 @@ class PushBulk(Bulk):
                 self.waiting_on.setdefault(dep, []).append(custom_id or "?")
                 self.first_naming.setdefault(dep, index)
             key = item.uniqueKey
-            replace = key is not None and (item.dedup or {}).get("replace")
+            replace = key is not None and item.dedup["replace"]
             if depends_on or replace:
                 self.keyed.append(index)
             if key is not None:
@@ -204,7 +204,7 @@ class PushBulk(Bulk):
             try:
                 self.jobs.check_dependencies(item.dependsOn or (), self.batch_ids)
                 key = item.uniqueKey
-                if key is None or not (item.dedup or {}).get("replace"):
+                if key is None or not item.dedup["replace"]:
                     continue
                 first, custom_id = self.first_keys[key]
                 if first >= index:  # no earlier item has the key: it replaces a held job

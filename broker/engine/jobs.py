@@ -8,13 +8,14 @@ are in admission.py, the settling checks in leases.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable, Sequence
 from functools import partial
 from typing import Any, cast
 
 import msgspec
 
 from protocol import commands as cmd
+from protocol.jobspec import JobFields
 
 from . import errors
 from .admission import check_group_room, check_id_reuse, check_repeat, find_cycle
@@ -139,7 +140,7 @@ class JobCommands:
         self.state.admit_queues((queue,))
         return {"ok": True, "ids": self.add_batch(queue, items, now)}
 
-    def add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+    def add_batch(self, queue: str, items: list[cmd.PushItem], now: float) -> list[str]:
         """Add a checked batch's items in order; returns the id each item stands for (a new
         job's, or the one it duplicates)."""
         # A dependency on a later item of the batch is simply not completed yet when the earlier
@@ -160,7 +161,7 @@ class JobCommands:
                 existing = taken.get(item.customId)
             if existing is None and item.uniqueKey is not None:
                 existing = taken.get("\0" + item.uniqueKey)
-                if existing is not None and (item.dedup or {}).get("replace"):
+                if existing is not None and item.dedup["replace"]:
                     # As PUSH does: the earlier job of the batch (not started) is replaced.
                     created = [job for job in created if job.id != existing]
                     existing = None
@@ -179,7 +180,7 @@ class JobCommands:
         return ids
 
     def _settle_duplicate(
-        self, queue: str, fields: Any, custom_id: str | None, now: float
+        self, queue: str, fields: JobFields, custom_id: str | None, now: float
     ) -> str | None:
         """The existing job this push is a duplicate of (None: add it), applying dedup's
         `extend` (restart the key's window) and `replace` (drop a job not yet started)."""
@@ -188,21 +189,22 @@ class JobCommands:
             return custom_id
         key = fields.uniqueKey
         owner = None if key is None else state.key_owner(UNIQUE, queue, key, now)
-        if owner is not None:
-            dedup = fields.dedup or {}
+        if key is not None and owner is not None:
+            dedup = fields.dedup
             held = state.jobs.get(owner)
-            if dedup.get("replace") and held is not None and held.state in NOT_STARTED:
+            if dedup["replace"] and held is not None and held.state in NOT_STARTED:
                 state.remove(held)
                 return None
-            if dedup.get("extend") and dedup.get("ttl"):
-                state.extend_key(UNIQUE, queue, key, owner, now + dedup["ttl"])
+            ttl = dedup["ttl"]
+            if dedup["extend"] and ttl:
+                state.extend_key(UNIQUE, queue, key, owner, now + ttl)
             return owner
         debounce = fields.debounceId
         if debounce is not None:
             return state.key_owner(DEBOUNCE, queue, debounce, now)
         return None
 
-    def check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
+    def check_dependencies(self, depends_on: Iterable[str], batch_ids: Container[str]) -> None:
         """Every dependency is a job the broker holds, one that completed (even if it was
         removed since), or a job of the same batch."""
         jobs = self.state.jobs
@@ -211,7 +213,7 @@ class JobCommands:
             if dep_id not in jobs and dep_id not in batch_ids and dep_id not in done:
                 raise errors.dependency_missing(dep_id)
 
-    def _check_batch_cycles(self, items: list[Any]) -> None:
+    def _check_batch_cycles(self, items: list[cmd.PushItem]) -> None:
         """Jobs of one batch must not wait for each other in a circle (none could ever run).
         Jobs already held only wait for jobs that existed before them, so a cycle can only
         run through the batch's own custom ids."""
@@ -224,10 +226,10 @@ class JobCommands:
     def _check_replace(
         self,
         queue: str,
-        fields: Any,
+        fields: JobFields,
         earlier_keys: dict[str, str | None],
-        batch: Any = (),
-        earlier: Any = (),
+        batch: Sequence[JobFields] = (),
+        earlier: Sequence[JobFields] = (),
     ) -> None:
         """dedup `replace` may not drop a job that other live jobs wait for: they would wait
         forever. Those are the jobs held waiting for it, the new job itself when it names it
@@ -235,7 +237,7 @@ class JobCommands:
         a job of the same batch may not be replaced while any item of the batch names it.
         Checked before anything changes (the replacement itself happens later)."""
         key = fields.uniqueKey
-        if key is None or not (fields.dedup or {}).get("replace"):
+        if key is None or not fields.dedup["replace"]:
             return
         if key in earlier_keys:  # replaces an earlier job of the same batch
             custom_id = earlier_keys[key]
@@ -265,7 +267,7 @@ class JobCommands:
         if waiting or named(held.id):
             raise errors.replace_blocked(held.id)
 
-    def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
+    def _new_job(self, queue: str, fields: JobFields, custom_id: str | None, now: float) -> Job:
         job = job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
         if job.opts.repeat is not None:
             job.run_at = first_run(job.opts.repeat, job.run_at)

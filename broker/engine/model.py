@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import msgspec
 
+from protocol.jobspec import JobFields
 from protocol.wire import WireJob, WireJobWithState
 
 from .sink import ReplySink
@@ -506,7 +507,9 @@ def shared(text: str) -> str:
     return text
 
 
-def job_from_push(fields: Any, queue: str, job_id: str, custom_id: str | None, now: float) -> Job:
+def job_from_push(
+    fields: JobFields, queue: str, job_id: str, custom_id: str | None, now: float
+) -> Job:
     """Build a Job from validated PUSH/PUSHB fields (protocol.jobspec.JobFields)."""
     queue = _names.get(queue) or shared(queue)
     name = _names.get(fields.name) or shared(fields.name)
