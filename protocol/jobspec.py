@@ -180,7 +180,7 @@ def hoist_name(data: bytes, payload: Any) -> tuple[str | None, bytes]:
     return name, _encode(payload)
 
 
-def group_max_size(value: Any) -> int:
+def group_max_size(value: Any) -> float:
     """groupMaxSize: a whole number from 1 to 2^53 - 1 (out of range: the reference's text)."""
     size = integer(value, "groupMaxSize")
     if not 0 < size <= MAX_SAFE_INTEGER:
@@ -215,7 +215,7 @@ class JobFields(msgspec.Struct, kw_only=True):
     dependsOn: Checked[list[str] | None] = None
     tags: Checked[list[str] | None] = None
     groupId: Checked[str | None] = None
-    groupMaxSize: Checked[int | None] = None
+    groupMaxSize: Checked[float | None] = None
     lifo: Checked[bool | None] = None
     removeOnComplete: Checked[bool | None] = None
     removeOnFail: Checked[bool | None] = None
@@ -360,12 +360,12 @@ _PLAIN_OPTIONS = tuple(
 _option_slices: dict[type, slice] = {}
 
 
-def option_slice(cls: type) -> slice:
+def option_slice(cls: type[msgspec.Struct]) -> slice:
     """Where the option fields sit in `astuple` of a JobFields subclass (they are contiguous:
     subclasses put their own fields first), so "no option given" is one C-level count."""
     found = _option_slices.get(cls)
     if found is None:
-        fields = cls.__struct_fields__  # type: ignore[attr-defined]
+        fields = cls.__struct_fields__
         start = fields.index(OPTION_FIELDS[0])
         assert fields[start : start + _OPTION_COUNT] == OPTION_FIELDS, "option fields moved"
         found = _option_slices[cls] = slice(start, start + _OPTION_COUNT)

@@ -47,7 +47,7 @@ class Cron:
     schedule: str | None
     repeat_every: float | None
     priority: float
-    max_limit: int | None
+    max_limit: float | None  # whole; a float beyond 32 bits (protocol.values.integer)
     timezone: str | None
     unique_key: str | None
     prevent_overlap: bool

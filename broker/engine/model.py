@@ -153,7 +153,7 @@ class Options:
     children_ids: Sequence[str] = ()
     tags: Sequence[str] = ()
     group_id: str | None = None
-    group_max_size: int | None = None
+    group_max_size: float | None = None  # whole; a float beyond 32 bits
     remove_on_complete: bool = False
     remove_on_fail: bool = False
     durable: bool = False
