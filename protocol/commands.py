@@ -1,7 +1,8 @@
 """One msgspec Struct per command, tagged on `cmd`, validated on decode.
 
-Fields are typed `Any` where the seed fixes the error text, and `__post_init__` applies the rules
-with the helpers in `values.py`, so a decoded command is always a valid, normalised command.
+Where the seed fixes the error text a field is decoded as any value (`Checked[T]`, see
+fields.py) and `__post_init__` applies the rules with the helpers in `values.py`, so a decoded
+command is always a valid, normalised command whose fields have their declared types.
 Command names are case-sensitive, as in the reference server.
 """
 
