@@ -49,10 +49,10 @@ else:
 
 
 
-def checked_only(name: str) -> Any:
+def checked_only(name: str, default: object = None) -> Any:
     """A field `name` only `__post_init__` sets: on the wire it is `@checked/<name>`, a key no
-    client sends (whatever one sent there would be overwritten)."""
-    return msgspec.field(default=None, name="@checked/" + name)
+    client sends (whatever one sent there is overwritten, or not read)."""
+    return msgspec.field(default=default, name="@checked/" + name)
 
 
 __all__ = ["ABSENT", "Checked", "FromRaw", "checked_only"]

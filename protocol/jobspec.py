@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 import msgspec
 
 from .errors import CommandError
-from .fields import ABSENT, Checked, FromRaw
+from .fields import ABSENT, Checked, FromRaw, checked_only
 from .values import (
     MAX_DATA_BYTES,
     MAX_DEPENDENCIES,
@@ -236,9 +236,10 @@ class JobFields(msgspec.Struct, kw_only=True):
     debounceTtl: Checked[float | None] = None
     timestamp: Checked[float | None] = None
 
-    # Filled in by normalisation (whatever a client sends here is overwritten).
-    backoffConfig: Checked[dict[str, Any] | None] = None
-    optionsGiven: Checked[bool] = ABSENT
+    # Set by normalisation only: no client names them (fields.py), so a job without options
+    # keeps these defaults (and the engine reads neither from one).
+    backoffConfig: Checked[dict[str, Any] | None] = checked_only("backoffConfig")
+    optionsGiven: Checked[bool] = checked_only("optionsGiven", False)
 
     def __post_init__(self) -> None:
         # The data and name checks (`job_payload` and the name rule) written out here: this
@@ -272,12 +273,10 @@ class JobFields(msgspec.Struct, kw_only=True):
             and self.stackTraceLimit.__class__ is int
         ):
             # The common job sets no option at all: its fields are their defaults already.
-            self.optionsGiven = False
             self.dedup = NO_DEDUP
-            self.backoffConfig = None
             return
         self.optionsGiven = True
-        self.backoffConfig = None
+        self.backoffConfig = None  # only `backoff` sets it (a job without options ignores it)
         self._check_numbers()
         self._check_strings_and_flags()
 

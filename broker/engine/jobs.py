@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Sequence
 from functools import partial
+from operator import attrgetter
 from typing import Any, cast
 
 import msgspec
@@ -44,6 +45,8 @@ from .sink import ReplySink
 from .state import NOT_STARTED, EngineState
 
 Reply = dict[str, Any]
+_options_given = attrgetter("optionsGiven")
+_custom_id = attrgetter("customId")
 
 
 def first_run(repeat: dict[str, Any], run_at: float) -> float:
@@ -119,6 +122,15 @@ class JobCommands:
             return None
         items = command.jobs
         queue = command.queue
+        # Plain jobs (no option, no customId) cannot fail a check: a batch of only those skips
+        # them all (customIds are never empty: an empty one is None).
+        if any(map(_options_given, items)) or any(map(_custom_id, items)):
+            self._check_items(queue, items, now)
+        self.state.admit_queues((queue,))
+        return {"ok": True, "ids": self.add_batch(queue, items, now)}
+
+    def _check_items(self, queue: str, items: list[cmd.PushItem], now: float) -> None:
+        """A PUSHB's checks, item by item and then across the batch."""
         batch_ids = {item.customId for item in items if item.customId is not None}
         earlier_keys: dict[str, str | None] = {}  # uniqueKey -> customId of its first item
         for index, item in enumerate(items):
@@ -137,8 +149,6 @@ class JobCommands:
                 earlier_keys.setdefault(item.uniqueKey, item.customId)
         self._check_batch_cycles(items)
         check_group_room(self.state, queue, items, batch=True)
-        self.state.admit_queues((queue,))
-        return {"ok": True, "ids": self.add_batch(queue, items, now)}
 
     def add_batch(self, queue: str, items: list[cmd.PushItem], now: float) -> list[str]:
         """Add a checked batch's items in order; returns the id each item stands for (a new
