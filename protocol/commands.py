@@ -79,8 +79,9 @@ class Push(JobFields, tag_field="cmd", tag="PUSH"):
 
     def __post_init__(self) -> None:
         self.queue = queue_name(self.queue)
-        super().__post_init__()
-        self.jobId = short_str(self.jobId, "jobId") or None
+        JobFields.__post_init__(self)  # not super(): every PUSH
+        if self.jobId is not None:
+            self.jobId = short_str(self.jobId, "jobId") or None
 
 
 class PushItem(JobFields):
