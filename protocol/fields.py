@@ -47,8 +47,6 @@ else:
             return msgspec.Raw
 
 
-
-
 def checked_only(name: str, default: object = None) -> Any:
     """A field `name` only `__post_init__` sets: on the wire it is `@checked/<name>`, a key no
     client sends (whatever one sent there is overwritten, or not read)."""
