@@ -159,7 +159,8 @@ class JobCommands:
         ids: list[str] = []
         created: list[Job] = []
         taken: dict[str, str] = {}
-        fresh = iter(uuid7s(len(items)))
+        # One id made alone costs half of a batch of one (an SDK's AddBatcher sends many such).
+        fresh = iter(uuid7s(len(items)) if len(items) > 1 else (uuid7(),))
         for item in items:
             if not item.optionsGiven and item.customId is None:  # a plain job: no duplicate
                 job = job_from_push(item, queue, next(fresh), None, now)
