@@ -9,6 +9,7 @@ import msgspec
 
 from .commands import Command, QueueQuery
 from .errors import CommandError
+from .fields import ABSENT, Checked
 from .values import at_least, finite, optional_str, queue_name, required_str
 
 JOB_STATES = ("waiting", "prioritized", "delayed", "active", "completed", "failed",
@@ -51,9 +52,9 @@ class ListQueues(Command, tag="ListQueues"):
 class Clean(QueueQuery, tag="Clean"):
     """Remove jobs older than `grace` ms in a state (queued by default), at most `limit`."""
 
-    grace: Any = None
-    state: Any = None
-    limit: Any = None
+    grace: Checked[int] = ABSENT
+    state: Checked[str | None] = None
+    limit: Checked[int] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -66,9 +67,9 @@ class Clean(QueueQuery, tag="Clean"):
 class GetJobs(QueueQuery, tag="GetJobs"):
     """A page of the queue's jobs in some states, oldest first."""
 
-    state: Any = None
-    limit: Any = None
-    offset: Any = None
+    state: Checked[list[str]] = ABSENT
+    limit: Checked[int] = ABSENT
+    offset: Checked[int] = ABSENT
     explicit: bool = False
 
     def __post_init__(self) -> None:
@@ -93,7 +94,7 @@ class GetCountsPerPriority(QueueQuery, tag="GetCountsPerPriority"):
 class GetJobByCustomId(Command, tag="GetJobByCustomId"):
     """A job by the custom id it was pushed with."""
 
-    customId: Any = None
+    customId: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.customId = required_str(self.customId, "customId")
@@ -102,7 +103,7 @@ class GetJobByCustomId(Command, tag="GetJobByCustomId"):
 class Dlq(QueueQuery, tag="Dlq"):
     """The queue's failed jobs, oldest first (the first `count`)."""
 
-    count: Any = None
+    count: Checked[int] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -112,7 +113,7 @@ class Dlq(QueueQuery, tag="Dlq"):
 class RetryDlq(QueueQuery, tag="RetryDlq"):
     """Retry one failed job (`jobId`) or all of them, with a fresh attempt budget."""
 
-    jobId: Any = None
+    jobId: Checked[str | None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -126,7 +127,7 @@ class PurgeDlq(QueueQuery, tag="PurgeDlq"):
 class RetryCompleted(QueueQuery, tag="RetryCompleted"):
     """Run one completed job (`id`) or all of them again."""
 
-    id: Any = None
+    id: Checked[str | None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -136,7 +137,7 @@ class RetryCompleted(QueueQuery, tag="RetryCompleted"):
 class QueueLimit(QueueQuery):
     """A command that sets a per-queue limit (a positive whole number)."""
 
-    limit: Any = None
+    limit: Checked[int] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -206,7 +207,7 @@ def dlq_config_of(value: Any) -> dict[str, Any]:
 class SetStallConfig(QueueQuery, tag="SetStallConfig"):
     """Merge stall-detection settings into the queue's."""
 
-    config: Any = None
+    config: Checked[dict[str, Any]] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -220,7 +221,7 @@ class GetStallConfig(QueueQuery, tag="GetStallConfig"):
 class SetDlqConfig(QueueQuery, tag="SetDlqConfig"):
     """Merge dead-letter settings into the queue's; `maxAge: null` lifts the queue's age cap."""
 
-    config: Any = None
+    config: Checked[dict[str, Any]] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -252,10 +253,10 @@ class Metrics(Command, tag="Metrics"):
     """Broker-wide totals; with a `queue` (or a `type`), that queue's per-minute counts of
     completed or failed jobs, newest minute first, entries `start`..`end` (-1: all)."""
 
-    queue: Any = None
-    type: Any = None
-    start: Any = None
-    end: Any = None
+    queue: Checked[str | None] = None
+    type: Checked[str | None] = None
+    start: Checked[int] = ABSENT
+    end: Checked[int] = ABSENT
 
     def __post_init__(self) -> None:
         if self.queue is None and self.type is None:
@@ -276,7 +277,7 @@ class Prometheus(Command, tag="Prometheus"):
 class TrimEvents(QueueQuery, tag="TrimEvents"):
     """Trim the queue's stored event journal to its newest `maxLength` events."""
 
-    maxLength: Any = None
+    maxLength: Checked[int] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,7 +1,8 @@
 """One msgspec Struct per command, tagged on `cmd`, validated on decode.
 
-Fields are typed `Any` where the seed fixes the error text, and `__post_init__` applies the rules
-with the helpers in `values.py`, so a decoded command is always a valid, normalised command.
+Where the seed fixes the error text a field is decoded as any value (`Checked[T]`, see
+fields.py) and `__post_init__` applies the rules with the helpers in `values.py`, so a decoded
+command is always a valid, normalised command whose fields have their declared types.
 Command names are case-sensitive, as in the reference server.
 """
 
@@ -15,6 +16,7 @@ import msgspec
 from .bulk import SLICED_ITEMS, array_length, given
 from .errors import CommandError
 from .extensions import ext_hook
+from .fields import ABSENT, Checked, FromRaw, checked_only
 from .jobspec import JS_UNDEFINED, NO_DATA, JobFields, check_payload
 from .values import (
     at_least,
@@ -34,7 +36,7 @@ MAX_POLL_MS = 60_000
 MAX_PULL_BATCH = 1000
 
 
-def raw_or_none(value: msgspec.Raw | None, field: str) -> bytes | None:
+def raw_or_none(value: msgspec.Raw | bytes | None, field: str) -> bytes | None:
     """Return checked raw MessagePack bytes, or None when absent or a JS `undefined`."""
     if value is None:
         return None
@@ -54,14 +56,14 @@ class Command(msgspec.Struct, kw_only=True, tag_field="cmd"):
 class Hello(Command, tag="Hello"):
     """Protocol negotiation; the server answers with its own version and capabilities."""
 
-    protocolVersion: Any = None
-    capabilities: Any = None
+    protocolVersion: object = None
+    capabilities: object = None
 
 
 class Auth(Command, tag="Auth"):
     """Authenticate the connection with a token."""
 
-    token: Any = None
+    token: object = None
 
 
 class Ping(Command, tag="Ping"):
@@ -72,23 +74,25 @@ class Push(JobFields, tag_field="cmd", tag="PUSH"):
     """Add one job; `jobId` makes it idempotent."""
 
     reqId: Any = None
-    queue: Any = None
-    jobId: Any = None
+    queue: Checked[str] = ABSENT
+    jobId: Checked[str | None] = None
 
     def __post_init__(self) -> None:
         self.queue = queue_name(self.queue)
-        super().__post_init__()
-        self.jobId = short_str(self.jobId, "jobId") or None
+        JobFields.__post_init__(self)  # not super(): every PUSH
+        if self.jobId is not None:
+            self.jobId = short_str(self.jobId, "jobId") or None
 
 
 class PushItem(JobFields):
     """One job of a PUSHB batch; `customId` plays the part of PUSH's `jobId`."""
 
-    customId: Any = None
+    customId: Checked[str | None] = None
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        self.customId = short_str(self.customId, "customId") or None
+        JobFields.__post_init__(self)  # not super(): this runs for every item of a batch
+        if self.customId is not None:
+            self.customId = short_str(self.customId, "customId") or None
 
 
 _decode_item = msgspec.msgpack.Decoder(PushItem, ext_hook=ext_hook).decode
@@ -116,30 +120,31 @@ class PushBatch(Command, tag="PUSHB"):
     The item array is read raw; up to SLICED_ITEMS items are then decoded and validated at
     once (one C-level loop) into `jobs`. An error there carries no index, so the slow path
     decodes the frame again as `PushBatchItems` to word it `jobs[i]: ...`. A larger batch is
-    `large`: `jobs` stays raw, for the engine to check in slices (protocol/bulk.py).
+    `large`: `jobs` is empty and `raw_jobs` kept, for the engine to check in slices
+    (protocol/bulk.py).
     """
 
-    queue: Any = None
-    jobs: msgspec.Raw = msgspec.Raw()
+    queue: Checked[str] = ABSENT
+    raw_jobs: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="jobs")
     large: bool = False  # set here: what a client sends is overwritten
+    jobs: Checked[list[PushItem]] = checked_only("jobs")
 
     def __post_init__(self) -> None:
         # The order of the whole decode: a `jobs` of the wrong type, the queue, no `jobs`.
-        count = array_length(self.jobs)
-        if count is None and given(self.jobs):
+        count = array_length(self.raw_jobs)
+        if count is None and given(self.raw_jobs):
             raise CommandError("jobs must be an array")
         self.queue = queue_name(self.queue)
         if count is None:
             raise CommandError("jobs must be an array")
         self.large = count > SLICED_ITEMS
-        if not self.large:
-            self.jobs = _decode_item_list(self.jobs)  # type: ignore[assignment]
+        self.jobs = [] if self.large else _decode_item_list(self.raw_jobs)
 
 
 class PushBatchItems(msgspec.Struct):
     """PUSHB with its items kept raw, to find which item is invalid (the slow path)."""
 
-    queue: Any = None
+    queue: object = None
     jobs: list[msgspec.Raw] | None = None
 
     def __post_init__(self) -> None:
@@ -195,12 +200,12 @@ def lock_ttl(value: Any) -> float | int:
 class Pull(Command, tag="PULL"):
     """Claim the next ready job, optionally waiting and optionally with a lease."""
 
-    queue: Any = None
-    timeout: Any = None
-    owner: Any = None
-    lockTtl: Any = None
-    detach: Any = None
-    group: Any = None
+    queue: Checked[str] = ABSENT
+    timeout: Checked[float] = ABSENT
+    owner: Checked[str | None] = None
+    lockTtl: Checked[float] = ABSENT
+    detach: Checked[bool] = ABSENT
+    group: Checked[dict[str, Any] | None] = None
 
     def __post_init__(self) -> None:
         self.queue = queue_name(self.queue)
@@ -222,7 +227,7 @@ class Pull(Command, tag="PULL"):
 class PullBatch(Pull, tag="PULLB"):
     """Claim up to `count` ready jobs."""
 
-    count: Any = None
+    count: Checked[int] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -236,16 +241,16 @@ class PullBatch(Pull, tag="PULLB"):
 class Ack(Command, tag="ACK"):
     """Complete an active job, storing its result."""
 
-    id: Any = None
-    result: msgspec.Raw = NO_DATA
-    token: Any = None
-    removeOnComplete: Any = None
+    id: Checked[str] = ABSENT
+    result: FromRaw[bytes | None] = NO_DATA
+    token: Checked[str | None] = None
+    removeOnComplete: Checked[bool] = ABSENT
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
         # Each check only for a field that was sent: most ACKs carry an id and nothing else.
         result = self.result
-        self.result = None if result is NO_DATA else raw_or_none(result, "result")  # type: ignore[assignment]  # bytes | None
+        self.result = None if result is NO_DATA else raw_or_none(result, "result")
         if self.token is not None:
             self.token = lease_token(self.token, "token")
         if self.removeOnComplete is not None:
@@ -256,40 +261,45 @@ class Ack(Command, tag="ACK"):
 
 class AckBatch(Command, tag="ACKB"):
     """Complete many active jobs; every token is checked before anything changes. Its lists
-    are read raw; more than SLICED_ITEMS ids make it `large`: they stay raw, for the engine to
-    check in slices (protocol/bulk.py)."""
+    are read raw (`raw_ids`, `raw_results`, `raw_tokens`) and checked into `ids`, `results`
+    and `tokens`; more than SLICED_ITEMS ids make it `large`: `ids` is empty and the raw lists
+    are kept, for the engine to check in slices (protocol/bulk.py)."""
 
-    ids: msgspec.Raw = msgspec.Raw()
-    results: msgspec.Raw = msgspec.Raw()
-    tokens: msgspec.Raw = msgspec.Raw()
+    raw_ids: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="ids")
+    raw_results: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="results")
+    raw_tokens: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="tokens")
     large: bool = False  # set here: what a client sends is overwritten
+    ids: Checked[list[str]] = checked_only("ids")
+    results: Checked[list[bytes | None] | None] = checked_only("results")
+    tokens: Checked[list[str | None] | None] = checked_only("tokens")
 
     def __post_init__(self) -> None:
-        count = array_length(self.ids)
+        count = array_length(self.raw_ids)
         if count is None:
             raise CommandError("ids must be an array of strings")
         self.large = count > SLICED_ITEMS
         if self.large:
+            self.ids, self.results, self.tokens = [], None, None
             return
-        ids = self.ids = _decode_any(self.ids)
+        ids = self.ids = _decode_any(self.raw_ids)
         if not all(isinstance(i, str) for i in ids):
             raise CommandError("ids must be an array of strings")
         checked = None
-        if given(self.results):
+        if given(self.raw_results):
             try:
-                results = _decode_raw_list(self.results)
+                results = _decode_raw_list(self.raw_results)
             except msgspec.ValidationError:
                 raise CommandError("results must be an array") from None
             if len(results) != len(ids):
                 raise CommandError("ACKB results length must match ids length")
             checked = [raw_or_none(item, "results[]") for item in results]
-        self.results = checked  # type: ignore[assignment]
-        tokens = _decode_any(self.tokens) if given(self.tokens) else None
+        self.results = checked
+        tokens = _decode_any(self.raw_tokens) if given(self.raw_tokens) else None
         if tokens is not None:
             if not isinstance(tokens, list) or len(tokens) != len(ids):
                 raise CommandError("ACKB tokens length must match ids length")
             tokens = [lease_token(token, "tokens[]") for token in tokens]
-        self.tokens = tokens  # type: ignore[assignment]
+        self.tokens = tokens
 
 
 MAX_STACK_LINES = 100  # a FAIL's stack lines read, before the job's stackTraceLimit applies
@@ -298,12 +308,12 @@ MAX_STACK_LINES = 100  # a FAIL's stack lines read, before the job's stackTraceL
 class Fail(Command, tag="FAIL"):
     """Fail an active job: retry with backoff, or move it to the dead-letter queue."""
 
-    id: Any = None
-    error: Any = None
-    stack: Any = None
-    unrecoverable: Any = None
-    token: Any = None
-    removeOnFail: Any = None
+    id: Checked[str] = ABSENT
+    error: Checked[str | None] = None
+    stack: Checked[list[str] | None] = None
+    unrecoverable: Checked[bool] = ABSENT
+    token: Checked[str | None] = None
+    removeOnFail: Checked[bool] = ABSENT
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
@@ -322,7 +332,7 @@ class Fail(Command, tag="FAIL"):
 class JobQuery(Command):
     """A command that names one job by `id`."""
 
-    id: Any = None
+    id: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
@@ -343,7 +353,7 @@ class GetResult(JobQuery, tag="GetResult"):
 class QueueQuery(Command):
     """A command that names one queue."""
 
-    queue: Any = None
+    queue: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.queue = queue_name(self.queue)
@@ -365,9 +375,9 @@ def optional_finite(value: Any, field: str) -> float | int | None:
 class JobHeartbeat(Command, tag="JobHeartbeat"):
     """A worker says an active job is alive; with its token the lease is renewed."""
 
-    id: Any = None
-    token: Any = None
-    duration: Any = None
+    id: Checked[str] = ABSENT
+    token: Checked[str | None] = None
+    duration: Checked[float | None] = None
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
@@ -378,8 +388,8 @@ class JobHeartbeat(Command, tag="JobHeartbeat"):
 class JobHeartbeatB(Command, tag="JobHeartbeatB"):
     """JobHeartbeat for many jobs (positional `ids` and `tokens`)."""
 
-    ids: Any = None
-    tokens: Any = None
+    ids: Checked[list[str]] = ABSENT
+    tokens: Checked[list[str | None] | None] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.ids, list) or not all(isinstance(i, str) for i in self.ids):
@@ -393,13 +403,13 @@ class JobHeartbeatB(Command, tag="JobHeartbeatB"):
 class RegisterWorker(Command, tag="RegisterWorker"):
     """A worker announces itself (an upsert by `workerId`, else by `name`)."""
 
-    name: Any = None
-    queues: Any = None
-    concurrency: Any = None
-    workerId: Any = None
-    hostname: Any = None
-    pid: Any = None
-    startedAt: Any = None
+    name: Checked[str] = ABSENT
+    queues: Checked[list[str]] = ABSENT
+    concurrency: Checked[float] = ABSENT
+    workerId: Checked[str | None] = None
+    hostname: Checked[str | None] = None
+    pid: Checked[float | None] = None
+    startedAt: object = None
 
     def __post_init__(self) -> None:
         self.name = required_str(self.name, "name")
@@ -413,7 +423,7 @@ class RegisterWorker(Command, tag="RegisterWorker"):
 class UnregisterWorker(Command, tag="UnregisterWorker"):
     """A worker leaves."""
 
-    workerId: Any = None
+    workerId: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.workerId = required_str(self.workerId, "workerId")
@@ -422,10 +432,10 @@ class UnregisterWorker(Command, tag="UnregisterWorker"):
 class Heartbeat(Command, tag="Heartbeat"):
     """A worker reports it is alive (`id` is the worker id)."""
 
-    id: Any = None
-    activeJobs: Any = None
-    processed: Any = None
-    failed: Any = None
+    id: Checked[str] = ABSENT
+    activeJobs: Checked[float | None] = None
+    processed: Checked[float | None] = None
+    failed: Checked[float | None] = None
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
@@ -443,8 +453,8 @@ class SubscribeEvents(Command, tag="SubscribeEvents"):
     names or patterns, as the WebSocket's Subscribe takes them) it receives those instead,
     and `queue` may be left out (every queue)."""
 
-    queue: Any = None
-    events: Any = None
+    queue: Checked[str | None] = None
+    events: Checked[list[str] | None] = None
 
     def __post_init__(self) -> None:
         if self.events is not None:

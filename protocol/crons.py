@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from .commands import Command, optional_finite
 from .errors import CommandError
+from .fields import ABSENT, Checked, FromRaw
 from .jobspec import BAD_JOB_NAME, MAX_JOB_NAME, hoist_name, job_payload
 from .values import (
     duration,
@@ -24,19 +23,19 @@ NULL_DATA = b"\xc0"
 class CronUpsert(Command, tag="Cron"):
     """Create or replace the cron `name`: a `schedule` (cron pattern) or `repeatEvery` ms."""
 
-    name: Any = None
-    queue: Any = None
-    data: msgspec.Raw = msgspec.Raw()
-    jobName: Any = None
-    schedule: Any = None
-    repeatEvery: Any = None
-    priority: Any = None
-    maxLimit: Any = None
-    timezone: Any = None
-    uniqueKey: Any = None
-    preventOverlap: Any = None
-    skipMissedOnRestart: Any = None
-    immediately: Any = None
+    name: Checked[str] = ABSENT
+    queue: Checked[str] = ABSENT
+    data: FromRaw[bytes] = msgspec.Raw()
+    jobName: Checked[str | None] = None
+    schedule: Checked[str | None] = None
+    repeatEvery: Checked[float | None] = None
+    priority: Checked[float] = ABSENT
+    maxLimit: Checked[float | None] = None
+    timezone: Checked[str | None] = None
+    uniqueKey: Checked[str | None] = None
+    preventOverlap: Checked[bool] = ABSENT
+    skipMissedOnRestart: Checked[bool] = ABSENT
+    immediately: Checked[bool] = ABSENT
 
     def __post_init__(self) -> None:
         self.name = required_str(self.name, "name")
@@ -73,13 +72,13 @@ class CronUpsert(Command, tag="Cron"):
         if name is not None and (not isinstance(name, str) or not 0 < len(name) <= MAX_JOB_NAME):
             raise CommandError(BAD_JOB_NAME)
         self.jobName = name
-        self.data = raw  # type: ignore[assignment]  # plain bytes
+        self.data = raw
 
 
 class CronName(Command):
     """A cron command naming one cron."""
 
-    name: Any = None
+    name: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.name = required_str(self.name, "name")

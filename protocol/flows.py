@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from .bulk import SLICED_ITEMS, array_length, given
 from .commands import Command, PushItem, decode_items
 from .errors import CommandError, readable_validation_error
+from .fields import ABSENT, Checked, checked_only
 from .values import queue_name, required_str
 
 MAX_FLOW_JOBS = 10_000
@@ -24,8 +23,8 @@ POLICIES = (
 class FlowNode(msgspec.Struct):
     """One job of a PUSHF graph as it arrives: its final id, its queue, its options raw."""
 
-    id: Any = None
-    queue: Any = None
+    id: object = None
+    queue: object = None
     input: msgspec.Raw = msgspec.Raw()
 
 
@@ -62,15 +61,17 @@ def check_node(index: int, node: FlowNode) -> FlowJob:
 
 class PushFlow(Command, tag="PUSHF"):
     """Commit a fully resolved flow graph atomically (the graph rules live in the engine).
-    The job array is read raw; more than SLICED_ITEMS jobs make it `large`: it stays raw, for
-    the engine to read and check in slices (protocol/bulk.py)."""
+    The job array is read raw (`raw_jobs`) and checked into `jobs`; more than SLICED_ITEMS
+    jobs make it `large`: `jobs` is empty and `raw_jobs` kept, for the engine to read and
+    check in slices (protocol/bulk.py)."""
 
-    jobs: msgspec.Raw = msgspec.Raw()
+    raw_jobs: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="jobs")
     large: bool = False  # set here: what a client sends is overwritten
+    jobs: Checked[list[FlowJob]] = checked_only("jobs")
 
     def __post_init__(self) -> None:
-        count = array_length(self.jobs)
-        if count is None and given(self.jobs):
+        count = array_length(self.raw_jobs)
+        if count is None and given(self.raw_jobs):
             raise CommandError("jobs must be an array")
         if not count:
             raise CommandError("jobs must be a non-empty array")
@@ -78,11 +79,12 @@ class PushFlow(Command, tag="PUSHF"):
             raise CommandError(f"a flow holds at most {MAX_FLOW_JOBS} jobs")
         self.large = count > SLICED_ITEMS
         if self.large:
+            self.jobs = []
             return
-        checked = [check_node(index, node) for index, node in enumerate(read_nodes(self.jobs))]
+        checked = [check_node(index, node) for index, node in enumerate(read_nodes(self.raw_jobs))]
         if sum(len(job.input.data) for job in checked) > MAX_FLOW_BYTES:
             raise CommandError("flow data too large (max 64MB in all)")
-        self.jobs = checked  # type: ignore[assignment]
+        self.jobs = checked
 
 
 def read_nodes(array: msgspec.Raw | bytes) -> list[FlowNode]:
@@ -97,8 +99,8 @@ def read_nodes(array: msgspec.Raw | bytes) -> list[FlowNode]:
 class UpdateParent(Command, tag="UpdateParent"):
     """Legacy flows: attach an already pushed child to its parent."""
 
-    childId: Any = None
-    parentId: Any = None
+    childId: Checked[str] = ABSENT
+    parentId: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.childId = required_str(self.childId, "childId")
@@ -108,7 +110,7 @@ class UpdateParent(Command, tag="UpdateParent"):
 class ParentQuery(Command):
     """A query about a parent job's children."""
 
-    id: Any = None
+    id: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")

@@ -14,6 +14,7 @@ import msgspec
 
 from .commands import Command, QueueQuery
 from .errors import CommandError
+from .fields import ABSENT, Checked
 from .values import MAX_SAFE_INTEGER, lease_token, required_str
 
 MAX_GROUP_ID = 256
@@ -47,7 +48,7 @@ def positive_safe_integer(value: Any, field: str) -> int:
 class GroupQuery(QueueQuery):
     """A command that names one group of one queue."""
 
-    groupId: Any = None
+    groupId: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -57,7 +58,7 @@ class GroupQuery(QueueQuery):
 class SetGroupConcurrency(GroupQuery, tag="SetGroupConcurrency"):
     """At most `concurrency` jobs of the group are active at once."""
 
-    concurrency: Any = None
+    concurrency: Checked[int] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,8 +76,8 @@ class RemoveGroupConcurrency(GroupQuery, tag="RemoveGroupConcurrency"):
 class SetGroupRateLimit(GroupQuery, tag="SetGroupRateLimit"):
     """At most `max` jobs of the group start per `duration` ms."""
 
-    max: Any = None
-    duration: Any = None
+    max: Checked[int] = ABSENT
+    duration: Checked[int] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -95,13 +96,13 @@ class RemoveGroupRateLimit(GroupQuery, tag="RemoveGroupRateLimit"):
 class GetGroupRateLimitTtl(GroupQuery, tag="GetGroupRateLimitTtl"):
     """How many ms until the group may start a job again (0: now)."""
 
-    maxJobs: Any = None
+    maxJobs: object = None
 
 
 class RateLimitGroup(GroupQuery, tag="RateLimitGroup"):
     """Start none of the group's jobs for `duration` ms (a worker hit an outside limit)."""
 
-    duration: Any = None
+    duration: Checked[int] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -135,7 +136,7 @@ class GetGroupsJobsCount(QueueQuery, tag="GetGroupsJobsCount"):
 class GetQueueLimits(QueueQuery, tag="GetQueueLimits"):
     """The queue's rate limit and concurrency, and whether they hold starts back now."""
 
-    maxJobs: Any = None
+    maxJobs: object = None
 
 
 class GetDlqStats(QueueQuery, tag="GetDlqStats"):
@@ -145,7 +146,7 @@ class GetDlqStats(QueueQuery, tag="GetDlqStats"):
 class RemoveDlqJob(QueueQuery, tag="RemoveDlqJob"):
     """Delete one failed job of the queue without retrying it."""
 
-    jobId: Any = None
+    jobId: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -155,7 +156,7 @@ class RemoveDlqJob(QueueQuery, tag="RemoveDlqJob"):
 class DedupQuery(QueueQuery):
     """A command that names a queue's deduplication key (the job's `uniqueKey`)."""
 
-    deduplicationId: Any = None
+    deduplicationId: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -173,7 +174,7 @@ class RemoveDeduplicationKey(DedupQuery, tag="RemoveDeduplicationKey"):
 class JobRef(Command):
     """A command that names one job by `id`."""
 
-    id: Any = None
+    id: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
@@ -186,7 +187,7 @@ class RemoveJobDeduplicationKey(JobRef, tag="RemoveJobDeduplicationKey"):
 class MoveToWaitingChildren(JobRef, tag="MoveToWaitingChildren"):
     """An active job waits for its unfinished dependencies (token if leased)."""
 
-    token: Any = None
+    token: Checked[str | None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -208,14 +209,14 @@ class DashboardOverview(Command, tag="DashboardOverview"):
 class DashboardQueues(Command, tag="DashboardQueues"):
     """A page of queues with their counts."""
 
-    limit: Any = None
-    offset: Any = None
+    limit: object = None
+    offset: object = None
 
 
 class DashboardQueue(QueueQuery, tag="DashboardQueue"):
     """One queue's counts and settings, for a dashboard."""
 
-    includeJobs: Any = None
+    includeJobs: object = None
 
 
 GROUP_COMMANDS: tuple[type[msgspec.Struct], ...] = (

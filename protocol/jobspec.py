@@ -10,11 +10,12 @@ and handed back verbatim, which is both faster and exactly "untouched".
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
 from .errors import CommandError
+from .fields import ABSENT, Checked, FromRaw, checked_only
 from .values import (
     MAX_DATA_BYTES,
     MAX_DEPENDENCIES,
@@ -48,6 +49,7 @@ MAX_GROUP_PRIORITY = 2_097_151
 
 _decode_any = msgspec.msgpack.Decoder().decode
 _encode = msgspec.msgpack.Encoder().encode
+_astuple = msgspec.structs.astuple
 
 
 def max_attempts(value: Any) -> int:
@@ -131,12 +133,12 @@ def check_group_priority(priority: float) -> None:
     at_most(priority, MAX_GROUP_PRIORITY, "priority")
 
 
-def job_data(value: msgspec.Raw, default: bytes | None = None) -> bytes:
+def job_data(value: msgspec.Raw | bytes, default: bytes | None = None) -> bytes:
     """A job's `data`: present (or `default`), at most 10 MB, and decodable by workers."""
     return job_payload(value, default)[0]
 
 
-def job_payload(value: msgspec.Raw, default: bytes | None = None) -> tuple[bytes, Any]:
+def job_payload(value: msgspec.Raw | bytes, default: bytes | None = None) -> tuple[bytes, Any]:
     """`job_data`, with the data decoded: the check has to decode it anyway, and a PUSH
     looks inside it again for an old SDK's `data.name` (`hoist_name`)."""
     raw = bytes(value)
@@ -178,7 +180,7 @@ def hoist_name(data: bytes, payload: Any) -> tuple[str | None, bytes]:
     return name, _encode(payload)
 
 
-def group_max_size(value: Any) -> int:
+def group_max_size(value: Any) -> float:
     """groupMaxSize: a whole number from 1 to 2^53 - 1 (out of range: the reference's text)."""
     size = integer(value, "groupMaxSize")
     if not 0 < size <= MAX_SAFE_INTEGER:
@@ -186,77 +188,97 @@ def group_max_size(value: Any) -> int:
     return size
 
 
-class JobFields(msgspec.Struct, kw_only=True):
-    """Every option a new job may carry; normalised in place by `__post_init__`.
+class Dedup(TypedDict):
+    """A job's `dedup` options, normalised."""
 
-    After normalisation numbers have their defaults; absent lists and flags stay None.
+    ttl: float | None
+    extend: bool
+    replace: bool
+
+
+class JobFields(msgspec.Struct, kw_only=True):
+    """Every option a new job may carry; checked and normalised in place by `__post_init__`.
+
+    Each field is declared with the type it holds after that (protocol/fields.py). Numbers
+    and `dedup` have their defaults; absent lists, flags and strings stay None.
     """
 
-    name: Any = None
-    data: msgspec.Raw = NO_DATA
-    priority: Any = None
-    delay: Any = None
-    maxAttempts: Any = None
-    backoff: Any = None
-    ttl: Any = None
-    timeout: Any = None
-    uniqueKey: Any = None
-    dependsOn: Any = None
-    tags: Any = None
-    groupId: Any = None
-    groupMaxSize: Any = None
-    lifo: Any = None
-    removeOnComplete: Any = None
-    removeOnFail: Any = None
-    durable: Any = None
-    repeat: Any = None
-    parentId: Any = None
-    childrenIds: Any = None
-    failParentOnFailure: Any = None
-    removeDependencyOnFailure: Any = None
-    ignoreDependencyOnFailure: Any = None
-    continueParentOnFailure: Any = None
-    stallTimeout: Any = None
-    stackTraceLimit: Any = None
-    keepLogs: Any = None
-    sizeLimit: Any = None
-    dedup: Any = None
-    debounceId: Any = None
-    debounceTtl: Any = None
-    timestamp: Any = None
+    name: Checked[str] = ABSENT
+    data: FromRaw[bytes] = NO_DATA
+    priority: Checked[float] = 0
+    delay: Checked[float] = 0
+    maxAttempts: Checked[int] = DEFAULT_MAX_ATTEMPTS
+    backoff: Checked[float] = DEFAULT_BACKOFF_MS
+    ttl: Checked[float | None] = None
+    timeout: Checked[float | None] = None
+    uniqueKey: Checked[str | None] = None
+    dependsOn: Checked[list[str] | None] = None
+    tags: Checked[list[str] | None] = None
+    groupId: Checked[str | None] = None
+    groupMaxSize: Checked[float | None] = None
+    lifo: Checked[bool | None] = None
+    removeOnComplete: Checked[bool | None] = None
+    removeOnFail: Checked[bool | None] = None
+    durable: Checked[bool | None] = None
+    repeat: Checked[dict[str, Any] | None] = None
+    parentId: Checked[str | None] = None
+    childrenIds: Checked[list[str] | None] = None
+    failParentOnFailure: Checked[bool | None] = None
+    removeDependencyOnFailure: Checked[bool | None] = None
+    ignoreDependencyOnFailure: Checked[bool | None] = None
+    continueParentOnFailure: Checked[bool | None] = None
+    stallTimeout: Checked[float | None] = None
+    stackTraceLimit: Checked[float] = DEFAULT_STACK_TRACE_LIMIT
+    keepLogs: Checked[float | None] = None
+    sizeLimit: Checked[float | None] = None
+    dedup: Checked[Dedup] = ABSENT
+    debounceId: Checked[str | None] = None
+    debounceTtl: Checked[float | None] = None
+    timestamp: Checked[float | None] = None
 
-    # Filled in by normalisation (whatever a client sends here is overwritten).
-    backoffConfig: Any = None
-    optionsGiven: Any = None
+    # Set by normalisation only: no client names them (fields.py), so a job without options
+    # keeps these defaults (and the engine reads neither from one).
+    backoffConfig: Checked[dict[str, Any] | None] = checked_only("backoffConfig")
+    optionsGiven: Checked[bool] = checked_only("optionsGiven", False)
 
     def __post_init__(self) -> None:
-        self._check_data()
-        if msgspec.structs.astuple(self)[option_slice(type(self))].count(None) == _OPTION_COUNT:
-            # The common job sets no option at all: apply the defaults and skip every check.
-            self.optionsGiven = False
-            self.priority = 0
-            self.delay = 0
-            self.maxAttempts = DEFAULT_MAX_ATTEMPTS
-            self.backoff = DEFAULT_BACKOFF_MS
-            self.stackTraceLimit = DEFAULT_STACK_TRACE_LIMIT
-            self.dedup = NO_DEDUP
-            self.backoffConfig = None
-            return
-        self.optionsGiven = True
-        self.backoffConfig = None
-        self._check_numbers()
-        self._check_strings_and_flags()
-
-    def _check_data(self) -> None:
-        raw, payload = job_payload(self.data)
-        name = self.name
+        # The data and name checks (`job_payload` and the name rule) written out here: this
+        # runs for every job of every batch, and a call costs more than most of them.
+        raw = bytes(self.data)
+        if not raw or raw == JS_UNDEFINED:
+            raise CommandError("data is required")
+        if len(raw) > MAX_DATA_BYTES:
+            raise CommandError("Job data too large (max 10MB)")
+        try:
+            payload = _decode_any(raw)
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            raise CommandError("data is not valid MessagePack (strings must be UTF-8)") from None
+        name: Any = self.name
         if name is None:
             name, raw = hoist_name(raw, payload)
+            self.name = name = "default" if name is None else name
         # The reference's rule and text, for a given name and one an older SDK put in data.
-        if name is not None and (not isinstance(name, str) or not 0 < len(name) <= MAX_JOB_NAME):
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_JOB_NAME:
             raise CommandError(BAD_JOB_NAME)
-        self.name = name if name is not None else "default"
-        self.data = raw  # type: ignore[assignment]  # normalised: plain bytes
+        self.data = raw
+        options = _option_slices.get(self.__class__) or option_slice(self.__class__)
+        if (
+            _astuple(self)[options] == _PLAIN_OPTIONS
+            # Equal is not enough for the defaulted numbers: 0.0 and False equal 0, and a
+            # client's value of another type is normalised or refused (ints are exact).
+            and self.priority.__class__ is int
+            and self.delay.__class__ is int
+            and self.maxAttempts.__class__ is int
+            and self.backoff.__class__ is int
+            and self.stackTraceLimit.__class__ is int
+        ):
+            # The common job sets no option at all: its fields are their defaults already.
+            self.dedup = NO_DEDUP
+            return
+        self.optionsGiven = True
+        self.backoffConfig = None  # only `backoff` sets it (a job without options ignores it)
+        self._check_numbers()
+        self._check_strings_and_flags()
 
     def _check_numbers(self) -> None:
         # Every check is guarded by `is not None`: most jobs set few options, and this runs for
@@ -330,15 +352,19 @@ OPTION_FIELDS = tuple(
     if name not in ("name", "data", "backoffConfig", "optionsGiven")
 )
 _OPTION_COUNT = len(OPTION_FIELDS)
+_PLAIN_OPTIONS = tuple(
+    field.default for field in msgspec.structs.fields(JobFields) if field.name in OPTION_FIELDS
+)
+"""The options of a job that sets none: what a decoded job's options are compared with."""
 _option_slices: dict[type, slice] = {}
 
 
-def option_slice(cls: type) -> slice:
+def option_slice(cls: type[msgspec.Struct]) -> slice:
     """Where the option fields sit in `astuple` of a JobFields subclass (they are contiguous:
     subclasses put their own fields first), so "no option given" is one C-level count."""
     found = _option_slices.get(cls)
     if found is None:
-        fields = cls.__struct_fields__  # type: ignore[attr-defined]
+        fields = cls.__struct_fields__
         start = fields.index(OPTION_FIELDS[0])
         assert fields[start : start + _OPTION_COUNT] == OPTION_FIELDS, "option fields moved"
         found = _option_slices[cls] = slice(start, start + _OPTION_COUNT)
@@ -358,7 +384,7 @@ _FLAGS = (
     "ignoreDependencyOnFailure",
     "continueParentOnFailure",
 )
-NO_DEDUP: dict[str, Any] = {"ttl": None, "extend": False, "replace": False}
+NO_DEDUP: Dedup = {"ttl": None, "extend": False, "replace": False}
 
 
 __all__ = ["JobFields", "tidy_number"]

@@ -14,6 +14,7 @@ import msgspec
 
 from .commands import Command, optional_finite
 from .errors import CommandError
+from .fields import ABSENT, Checked, FromRaw
 from .jobspec import NO_DATA, job_data
 from .values import (
     MAX_LOG_LINE_BYTES,
@@ -36,8 +37,8 @@ DEFAULT_WAIT_MS = 30_000
 class JobCommand(Command):
     """A command about one job, named by `id`, with an optional lease `token`."""
 
-    id: Any = None
-    token: Any = None
+    id: Checked[str] = ABSENT
+    token: Checked[str | None] = None
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")
@@ -48,8 +49,8 @@ class AddLog(JobCommand, tag="AddLog"):
     """Append a log line to a job (at most MAX_LOG_LINE_BYTES bytes of UTF-8: a longer one
     is refused, not cut, so the client knows its line was not kept as sent)."""
 
-    message: Any = None
-    level: Any = None
+    message: Checked[str] = ABSENT
+    level: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -72,8 +73,8 @@ def log_index(value: Any, field: str) -> int | None:
 class GetLogs(JobCommand, tag="GetLogs"):
     """Read a job's log lines, optionally from `start` to `end` (inclusive)."""
 
-    start: Any = None
-    end: Any = None
+    start: Checked[int | None] = None
+    end: Checked[int | None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,7 +85,7 @@ class GetLogs(JobCommand, tag="GetLogs"):
 class ClearLogs(JobCommand, tag="ClearLogs"):
     """Clear a job's log, keeping the newest `keepLogs` lines."""
 
-    keepLogs: Any = None
+    keepLogs: Checked[float] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -108,7 +109,7 @@ def lease_duration(value: Any) -> float | int | None:
 class ExtendLock(JobCommand, tag="ExtendLock"):
     """Renew a job's lease for `duration` ms from now (≤ 0 ends it now)."""
 
-    duration: Any = None
+    duration: Checked[float | None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -118,9 +119,9 @@ class ExtendLock(JobCommand, tag="ExtendLock"):
 class ExtendLocks(Command, tag="ExtendLocks"):
     """ExtendLock for many jobs (positional arrays); one bad duration fails all of them."""
 
-    ids: Any = None
-    tokens: Any = None
-    durations: Any = None
+    ids: Checked[list[str]] = ABSENT
+    tokens: Checked[list[str | None]] = ABSENT
+    durations: Checked[list[float | None]] = ABSENT
 
     def __post_init__(self) -> None:
         if not isinstance(self.ids, list) or not all(isinstance(i, str) for i in self.ids):
@@ -145,7 +146,7 @@ class ExtendLocks(Command, tag="ExtendLocks"):
 class ChangeDelay(JobCommand, tag="ChangeDelay"):
     """Run a queued (or active) job `delay` ms from now; negative means ready at once."""
 
-    delay: Any = None
+    delay: Checked[float] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -181,8 +182,8 @@ class GetProgress(JobCommand, tag="GetProgress"):
 class PromoteJobs(Command, tag="PromoteJobs"):
     """Make the delayed jobs of a queue ready now (all, or the first `count`)."""
 
-    queue: Any = None
-    count: Any = None
+    queue: Checked[str] = ABSENT
+    count: Checked[int | None] = None
 
     def __post_init__(self) -> None:
         self.queue = queue_name(self.queue)
@@ -193,7 +194,7 @@ class PromoteJobs(Command, tag="PromoteJobs"):
 class ChangePriority(JobCommand, tag="ChangePriority"):
     """Change a queued job's priority (validated like PUSH's `priority`)."""
 
-    priority: Any = None
+    priority: Checked[float] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -205,18 +206,18 @@ class ChangePriority(JobCommand, tag="ChangePriority"):
 class Update(JobCommand, tag="Update"):
     """Replace a job's data."""
 
-    data: msgspec.Raw = NO_DATA
+    data: FromRaw[bytes] = NO_DATA
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.data = job_data(self.data)  # type: ignore[assignment]  # normalised: plain bytes
+        self.data = job_data(self.data)
 
 
 class Progress(JobCommand, tag="Progress"):
     """Report an active job's progress (0..100, clamped) with an optional message."""
 
-    progress: Any = None
-    message: Any = None
+    progress: Checked[float] = ABSENT
+    message: Checked[str | None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -229,7 +230,7 @@ class Progress(JobCommand, tag="Progress"):
 class WaitJob(JobCommand, tag="WaitJob"):
     """Wait (at most `timeout` ms, default 30 s) for a job to complete."""
 
-    timeout: Any = None
+    timeout: Checked[float] = ABSENT
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -240,8 +241,8 @@ class WaitJob(JobCommand, tag="WaitJob"):
 class SetWebhookEnabled(Command, tag="SetWebhookEnabled"):
     """Turn a webhook on or off without deleting it."""
 
-    id: Any = None
-    enabled: Any = None
+    id: Checked[str] = ABSENT
+    enabled: Checked[bool] = ABSENT
 
     def __post_init__(self) -> None:
         self.id = required_str(self.id, "id")

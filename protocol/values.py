@@ -112,12 +112,12 @@ def is_whole(value: float) -> bool:
     return isinstance(value, int) or value.is_integer()
 
 
-def integer(value: Any, field: str) -> int:
+def integer(value: Any, field: str) -> float:
     """Read a finite number that must be whole."""
     result = finite(value, field)
     if not is_whole(result):
         raise CommandError(f"{field} must be an integer")
-    return result  # type: ignore[return-value]  # whole; a float only beyond 32 bits
+    return result  # whole: an int, or a float beyond 32 bits (see `tidy_number`)
 
 
 def optional_str(value: Any, field: str) -> str | None:
@@ -197,12 +197,12 @@ MAX_KNOWN_QUEUE_NAMES = 4096
 def queue_name(value: Any) -> str:
     """Check a queue name: 1..256 characters of letters, digits, `_`, `-`, `.` and `:`."""
     if value.__class__ is str and value in _KNOWN_QUEUE_NAMES:
-        return value  # type: ignore[no-any-return]
+        return value
     _check_queue_name(value)
     if len(_KNOWN_QUEUE_NAMES) >= MAX_KNOWN_QUEUE_NAMES:
         _KNOWN_QUEUE_NAMES.clear()
     _KNOWN_QUEUE_NAMES.add(value)
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _check_queue_name(value: Any) -> None:

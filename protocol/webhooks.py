@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from .commands import Command
 from .errors import CommandError
+from .fields import ABSENT, Checked
 from .values import optional_str, queue_name, required_str
 
 MAX_URL = 2048
@@ -16,10 +15,10 @@ MAX_URL = 2048
 class AddWebhook(Command, tag="AddWebhook"):
     """POST job events to `url` (events like `job.completed`, or `*`), optionally signed."""
 
-    url: Any = None
-    events: Any = None
-    queue: Any = None
-    secret: Any = None
+    url: Checked[str] = ABSENT
+    events: Checked[list[str]] = ABSENT
+    queue: Checked[str | None] = None
+    secret: Checked[str | None] = None
 
     def __post_init__(self) -> None:
         if self.url is None or self.url == "":
@@ -41,7 +40,7 @@ class AddWebhook(Command, tag="AddWebhook"):
 class RemoveWebhook(Command, tag="RemoveWebhook"):
     """Delete a webhook."""
 
-    webhookId: Any = None
+    webhookId: Checked[str] = ABSENT
 
     def __post_init__(self) -> None:
         self.webhookId = required_str(self.webhookId, "webhookId")

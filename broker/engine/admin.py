@@ -104,7 +104,7 @@ class QueueAdmin:
         Many are removed in slices (bulk_queues.py)."""
         state = command.state
         queued = state is None or state in CLEAN_QUEUED
-        states = QUEUED_STATES if queued else frozenset((state,))
+        states = QUEUED_STATES if state is None or queued else frozenset((state,))
         clean = {"grace": command.grace, "limit": command.limit, "by_completion": not queued}
         if start_sweep(self.bulks, self.pulls, session, command, CLEAN, states, **clean):
             return None
@@ -112,7 +112,7 @@ class QueueAdmin:
             jobs = self.state.jobs_of(command.queue, QUEUED_STATES)
             old = [job for job in jobs if now - job.created_at >= command.grace]
         else:
-            jobs = self.state.jobs_of(command.queue, (state,))
+            jobs = self.state.jobs_of(command.queue, states)
             old = [job for job in jobs if now - (job.completed_at or now) >= command.grace]
         old.sort(key=lambda job: (job.created_at, job.id))
         removed = self.state.remove_many(old[: command.limit])
@@ -208,7 +208,7 @@ class QueueAdmin:
     def metrics(self, session: ReplySink, command: cmd.Metrics, now: float) -> Reply:
         """Metrics: totals since start, and this process's memory; with a queue, its minute
         counts of completed or failed jobs (`{meta, data, count}`, see telemetry.py)."""
-        if command.queue is not None:
+        if command.queue is not None and command.type is not None:  # both or neither
             view = self.state.telemetry.view(
                 command.queue, command.type, command.start, command.end
             )

@@ -5,8 +5,10 @@ Functions; they only read EngineState.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from protocol.jobspec import JobFields
 
 from .errors import EngineError, id_still_named
 from .model import WAITING_CHILDREN
@@ -15,7 +17,7 @@ from .state import EngineState
 
 
 def check_group_room(
-    state: EngineState, queue_name: str, items: list[Any], batch: bool = False
+    state: EngineState, queue_name: str, items: Sequence[JobFields], batch: bool = False
 ) -> None:
     """groupMaxSize admission, all or nothing: no job may take its group's pending depth
     past its cap, counting the jobs of the same batch ahead of it."""
@@ -25,8 +27,10 @@ def check_group_room(
     jobs = state.jobs
     for index, item in enumerate(items):
         group = item.groupId
+        if group is None:  # most jobs: no group, nothing more to read
+            continue
         custom_id = getattr(item, "customId", None) or getattr(item, "jobId", None)
-        if group is None or (custom_id is not None and custom_id in jobs):
+        if custom_id is not None and custom_id in jobs:
             continue
         depth = pending.get(group, 0) + adding.get(group, 0) + 1
         cap = item.groupMaxSize

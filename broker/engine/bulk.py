@@ -254,7 +254,7 @@ def raw_array(chunks: list[bytes]) -> msgspec.Raw:
 
 def raw_values(values: Sequence[bytes | msgspec.Raw]) -> msgspec.Raw:
     """One MessagePack array of values each already encoded."""
-    return msgspec.Raw(array_head(len(values)) + b"".join(values))  # type: ignore[arg-type]
+    return msgspec.Raw(array_head(len(values)) + b"".join(values))
 
 
 def array_head(count: int) -> bytes:

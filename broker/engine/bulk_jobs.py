@@ -9,7 +9,7 @@ the connection's task), and the actor runs one pass in each of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable
 from functools import partial
 from typing import Any, Protocol
 
@@ -17,7 +17,7 @@ import msgspec
 
 from protocol import CommandError
 from protocol.bulk import NIL, given
-from protocol.commands import decode_items, raw_or_none
+from protocol.commands import PushItem, decode_items, raw_or_none
 from protocol.flows import MAX_FLOW_BYTES, FlowJob, FlowNode, check_node, read_nodes
 from protocol.values import lease_token
 
@@ -36,14 +36,14 @@ class PushChecks(Protocol):
 
     state: EngineState
 
-    def check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
+    def check_dependencies(self, depends_on: Iterable[str], batch_ids: Container[str]) -> None:
         """Every dependency is held, completed, or a customId of the batch."""
 
     def check_held_replace(self, queue: str, key: str, named: Callable[[str], bool]) -> None:
         """A dedup replace of the job holding `key` drops no job others wait for (the
         batch's items up to the replacing one among them: `named(id)`)."""
 
-    def add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+    def add_batch(self, queue: str, items: list[PushItem], now: float) -> list[str]:
         """Add checked items in order; the id each stands for."""
 
 
@@ -185,7 +185,7 @@ class PushBulk(Bulk):
                 self.waiting_on.setdefault(dep, []).append(custom_id or "?")
                 self.first_naming.setdefault(dep, index)
             key = item.uniqueKey
-            replace = key is not None and (item.dedup or {}).get("replace")
+            replace = key is not None and item.dedup["replace"]
             if depends_on or replace:
                 self.keyed.append(index)
             if key is not None:
@@ -204,7 +204,7 @@ class PushBulk(Bulk):
             try:
                 self.jobs.check_dependencies(item.dependsOn or (), self.batch_ids)
                 key = item.uniqueKey
-                if key is None or not (item.dedup or {}).get("replace"):
+                if key is None or not item.dedup["replace"]:
                     continue
                 first, custom_id = self.first_keys[key]
                 if first >= index:  # no earlier item has the key: it replaces a held job
@@ -327,8 +327,12 @@ class AckBulk(Bulk):
             result, token = self._position(index)
             self.values.append(result)
             job: Job | None = jobs.get(job_id)
-            ok = job is not None and job.state == ACTIVE
-            if not ok or token is not None or job.lock_token is not None:  # type: ignore[union-attr]
+            if (
+                job is None
+                or job.state != ACTIVE
+                or token is not None
+                or job.lock_token is not None
+            ):
                 job = None if is_late(state, job_id, token) else active_job(state, job_id, token)
             if job_id in self.seen:  # a repeated id: its first position settles the job
                 job = None
@@ -354,16 +358,18 @@ class AckBulk(Bulk):
                 job = self.settling[index]
                 self.settling[index] = None
                 result = self.values[index]
-                current = job is not None and jobs.get(job.id) is job and job.state == ACTIVE
-                if current and (job.started_at, job.lock_token) != self.activations[index]:  # type: ignore[union-attr]
-                    current = False
+                current = (
+                    job is not None
+                    and jobs.get(job.id) is job
+                    and job.state == ACTIVE
+                    and (job.started_at, job.lock_token) == self.activations[index]
+                )
             else:  # resumed: checked before the restart, so only the job's state counts
                 result, token = self._position(index)
                 job = jobs.get(self.ids[index])
-                current = job is not None and job.state == ACTIVE
-                current = current and token == job.lock_token  # type: ignore[union-attr]
-            if current:
-                completing.append(job)  # type: ignore[arg-type]
+                current = job is not None and job.state == ACTIVE and token == job.lock_token
+            if current and job is not None:
+                completing.append(job)
                 results.append(result)
             else:
                 self.ignored.append(index)

@@ -89,7 +89,7 @@ class SweepBulk(Bulk):
         self.named_state: str | None = None  # the state a Clean named (its event tells it)
         self.snapshot: list[Job] | None = None
         self.scanned = 0
-        self.chosen: list[Job] = []
+        self.chosen: list[Job | None] = []  # None once applied (the job is let go)
         self.ids: list[str] | None = None  # of the chosen, for the record (and a resumed bulk)
         self.kept = 0  # of those, how many are in parts
         self.count = 0  # jobs removed or retried
@@ -141,7 +141,7 @@ class SweepBulk(Bulk):
             self.chosen.sort(key=_by_id)
             self.chosen.sort(key=_by_age)
             del self.chosen[self.limit or 0 :]
-        self.ids = [job.id for job in self.chosen]
+        self.ids = [job.id for job in self.chosen if job is not None]
         return False
 
     def _old_enough(self, job: Job, now: float) -> bool:
@@ -176,14 +176,14 @@ class SweepBulk(Bulk):
         end = min(start + APPLY_SLICE, len(self.ids))
         if self.chosen:
             jobs: list[Job | None] = list(self.chosen[start:end])
-            self.chosen[start:end] = [None] * (end - start)  # type: ignore[list-item]
+            self.chosen[start:end] = [None] * (end - start)
         else:  # resumed
             jobs = [state.jobs.get(job_id) for job_id in self.ids[start:end]]
-        current = [job for job in jobs if self._still_chosen(state, job)]
+        current = [job for job in jobs if job is not None and self._still_chosen(state, job)]
         if self.action == RETRY_DLQ:
-            self.count += sum(state.revive(job, now) for job in current)  # type: ignore[arg-type]
+            self.count += sum(state.revive(job, now) for job in current)
         else:
-            removed = state.remove_many(current)  # type: ignore[arg-type]
+            removed = state.remove_many(current)
             self.count += len(removed)
             if self.action == CLEAN:
                 self.chunks.append(encoded([job.id for job in removed]))

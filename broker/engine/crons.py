@@ -48,7 +48,7 @@ class Cron:
     schedule: str | None
     repeat_every: float | None
     priority: float
-    max_limit: int | None
+    max_limit: float | None  # whole; a float beyond 32 bits (protocol.values.integer)
     timezone: str | None
     unique_key: str | None
     prevent_overlap: bool
@@ -135,7 +135,7 @@ class CronScheduler:
             raise EngineError(str(exc)) from None
         old = self.crons.get(command.name)
         cron = Cron(
-            command.name, command.queue, command.data, command.schedule,  # type: ignore[arg-type]
+            command.name, command.queue, command.data, command.schedule,
             command.repeatEvery, command.priority, command.maxLimit, command.timezone,
             command.uniqueKey, command.preventOverlap, command.skipMissedOnRestart, now,
             old.executions if old else 0, command.jobName,

@@ -67,8 +67,12 @@ class DeadLetterCommands:
         in slices (bulk_queues.py)."""
         if command.jobId is not None:  # one job: looked up, not searched for
             job = self.state.jobs.get(command.jobId)
-            retried = job is not None and job.queue == command.queue and job.state == FAILED
-            retried = retried and self.state.revive(job, now)  # type: ignore[arg-type]
+            retried = (
+                job is not None
+                and job.queue == command.queue
+                and job.state == FAILED
+                and self.state.revive(job, now)
+            )
             if retried:
                 event = {"queue": command.queue, "count": 1, "jobId": command.jobId}
                 self.state.announce("dlq:retried", event)
@@ -141,6 +145,6 @@ class DeadLetterCommands:
         """RemoveDlqJob: delete one failed job without retrying it."""
         job = self.state.jobs.get(command.jobId)
         removed = job is not None and job.queue == command.queue and job.state == FAILED
-        if removed:
-            self.state.remove(job)  # type: ignore[arg-type]
+        if job is not None and removed:
+            self.state.remove(job)
         return {"ok": True, "data": {"removed": removed}}

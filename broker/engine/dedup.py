@@ -56,9 +56,11 @@ class DedupKeys:
         """RemoveJobDeduplicationKey: whether the job held its uniqueKey (it no longer does)."""
         job = self.state.jobs.get(command.id)
         key = job.unique_key if job is not None else None
-        held = key is not None and self.state.key_owner(UNIQUE, job.queue, key, now) == job.id  # type: ignore[union-attr]
-        if held:
-            self._drop_unique_key(job.queue, key, job.id)  # type: ignore[union-attr, arg-type]
+        held = False
+        if job is not None and key is not None:
+            held = self.state.key_owner(UNIQUE, job.queue, key, now) == job.id
+            if held:
+                self._drop_unique_key(job.queue, key, job.id)
         return {"ok": True, "data": {"removed": held}}
 
     def _drop_unique_key(self, queue: str, key: str, owner: str) -> None:

@@ -101,8 +101,7 @@ def apply_dlq_config(
     config = queue.dlq_config
     failed = [job for job in _current_failed(state) if job.queue == queue.name]
     if any(key in config for key in CAP_KEYS):
-        _rebuild_caps(queue, failed, config)
-        expire_retained(state, queue.dead_letters, now)  # type: ignore[arg-type]
+        expire_retained(state, _rebuild_caps(queue, failed, config), now)
     if not retries:
         return
     for job in failed:
@@ -116,9 +115,9 @@ def _current_failed(state: DeadLetterState) -> list[Job]:
     return [entry[2] for entry in retention.entries if retention.current(entry)]
 
 
-def _rebuild_caps(queue: QueueState, failed: list[Job], config: dict[str, Any]) -> None:
-    """Set the queue's caps from `config`, its entries from its failed jobs. The Retention
-    object is kept, so its pending age timers act on the new caps."""
+def _rebuild_caps(queue: QueueState, failed: list[Job], config: dict[str, Any]) -> Retention:
+    """Set the queue's caps from `config`, its entries from its failed jobs; returns them. The
+    Retention object is kept, so its pending age timers act on the new caps."""
     max_age = config.get("maxAge")
     limit = config.get("maxEntries", math.inf)
     caps = queue.dead_letters
@@ -130,3 +129,4 @@ def _rebuild_caps(queue: QueueState, failed: list[Job], config: dict[str, Any]) 
     for job in failed:
         caps.add(job, job.completed_at or 0)
     caps.count = queue.counts[FAILED]
+    return caps

@@ -59,9 +59,9 @@ class Flows:
         """PUSHF: the whole graph or nothing; one snapshot per input job, in input order. A
         large one is checked and added in slices, answered once all are (bulk_jobs.py)."""
         if command.large:
-            self.bulks.start(FlowBulk(self, session, command.reqId, command.jobs))
+            self.bulks.start(FlowBulk(self, session, command.reqId, command.raw_jobs))
             return None
-        nodes: list[cmd.FlowJob] = command.jobs  # type: ignore[assignment]
+        nodes = command.jobs
         self._check_graph(nodes)
         by_queue: dict[str, list[Any]] = {}
         for node in nodes:
@@ -208,12 +208,12 @@ class Flows:
             and child.id in parent.depends_on
             and child.state in (*QUEUED_STATES, WAITING_CHILDREN, ACTIVE)
         )
-        if not removable:
+        if parent is None or not removable:
             return {"ok": True, "removed": False}
-        parent.children_ids = [i for i in parent.children_ids if i != child.id]  # type: ignore[union-attr]
+        parent.children_ids = [i for i in parent.children_ids if i != child.id]
         child.parent_id = None
         self.state.touch(child)
-        self.state.drop_dependency(parent, child.id, now)  # type: ignore[arg-type]
+        self.state.drop_dependency(parent, child.id, now)
         return {"ok": True, "removed": True}
 
     def remove_unprocessed_children(

@@ -55,7 +55,7 @@ _purge_numbers = itertools.count()
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's `malloc_trim`, or None where the C library has none."""
     try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL(None).malloc_trim
     except (AttributeError, OSError):
         return None
 

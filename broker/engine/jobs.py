@@ -8,13 +8,15 @@ are in admission.py, the settling checks in leases.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable, Sequence
 from functools import partial
-from typing import Any
+from operator import attrgetter
+from typing import Any, cast
 
 import msgspec
 
 from protocol import commands as cmd
+from protocol.jobspec import JobFields
 
 from . import errors
 from .admission import check_group_room, check_id_reuse, check_repeat, find_cycle
@@ -42,6 +44,8 @@ from .sink import ReplySink
 from .state import NOT_STARTED, EngineState
 
 Reply = dict[str, Any]
+_options_given = attrgetter("optionsGiven")
+_custom_id = attrgetter("customId")
 
 
 def first_run(repeat: dict[str, Any], run_at: float) -> float:
@@ -112,13 +116,25 @@ class JobCommands:
         """PUSHB: every item checked first (dependsOn may name customIds of the batch). A
         large one is checked and added in slices, answered once all are (bulk_jobs.py)."""
         if command.large:
-            self.bulks.start(PushBulk(self, session, command.reqId, command.queue, command.jobs))
+            bulk = PushBulk(self, session, command.reqId, command.queue, command.raw_jobs)
+            self.bulks.start(bulk)
             return None
-        items: list[Any] = command.jobs  # type: ignore[assignment]
+        items = command.jobs
         queue = command.queue
+        # Plain jobs (no option, no customId) cannot fail a check: a batch of only those skips
+        # them all (customIds are never empty: an empty one is None).
+        if any(map(_options_given, items)) or any(map(_custom_id, items)):
+            self._check_items(queue, items, now)
+        self.state.admit_queues((queue,))
+        return {"ok": True, "ids": self.add_batch(queue, items, now)}
+
+    def _check_items(self, queue: str, items: list[cmd.PushItem], now: float) -> None:
+        """A PUSHB's checks, item by item and then across the batch."""
         batch_ids = {item.customId for item in items if item.customId is not None}
         earlier_keys: dict[str, str | None] = {}  # uniqueKey -> customId of its first item
         for index, item in enumerate(items):
+            if not item.optionsGiven and item.customId is None:
+                continue  # a plain job: nothing to check
             try:
                 if item.customId is not None and item.customId in (item.dependsOn or ()):
                     raise errors.self_dependency(item.customId)
@@ -132,10 +148,8 @@ class JobCommands:
                 earlier_keys.setdefault(item.uniqueKey, item.customId)
         self._check_batch_cycles(items)
         check_group_room(self.state, queue, items, batch=True)
-        self.state.admit_queues((queue,))
-        return {"ok": True, "ids": self.add_batch(queue, items, now)}
 
-    def add_batch(self, queue: str, items: list[Any], now: float) -> list[str]:
+    def add_batch(self, queue: str, items: list[cmd.PushItem], now: float) -> list[str]:
         """Add a checked batch's items in order; returns the id each item stands for (a new
         job's, or the one it duplicates)."""
         # A dependency on a later item of the batch is simply not completed yet when the earlier
@@ -144,14 +158,20 @@ class JobCommands:
         ids: list[str] = []
         created: list[Job] = []
         taken: dict[str, str] = {}
-        fresh = iter(uuid7s(len(items)))
+        # One id made alone costs half of a batch of one (an SDK's AddBatcher sends many such).
+        fresh = iter(uuid7s(len(items)) if len(items) > 1 else (uuid7(),))
         for item in items:
+            if not item.optionsGiven and item.customId is None:  # a plain job: no duplicate
+                job = job_from_push(item, queue, next(fresh), None, now)
+                created.append(job)
+                ids.append(job.id)
+                continue
             existing = self._settle_duplicate(queue, item, item.customId, now)
             if existing is None and item.customId is not None:
                 existing = taken.get(item.customId)
             if existing is None and item.uniqueKey is not None:
                 existing = taken.get("\0" + item.uniqueKey)
-                if existing is not None and (item.dedup or {}).get("replace"):
+                if existing is not None and item.dedup["replace"]:
                     # As PUSH does: the earlier job of the batch (not started) is replaced.
                     created = [job for job in created if job.id != existing]
                     existing = None
@@ -170,7 +190,7 @@ class JobCommands:
         return ids
 
     def _settle_duplicate(
-        self, queue: str, fields: Any, custom_id: str | None, now: float
+        self, queue: str, fields: JobFields, custom_id: str | None, now: float
     ) -> str | None:
         """The existing job this push is a duplicate of (None: add it), applying dedup's
         `extend` (restart the key's window) and `replace` (drop a job not yet started)."""
@@ -179,21 +199,22 @@ class JobCommands:
             return custom_id
         key = fields.uniqueKey
         owner = None if key is None else state.key_owner(UNIQUE, queue, key, now)
-        if owner is not None:
-            dedup = fields.dedup or {}
+        if key is not None and owner is not None:
+            dedup = fields.dedup
             held = state.jobs.get(owner)
-            if dedup.get("replace") and held is not None and held.state in NOT_STARTED:
+            if dedup["replace"] and held is not None and held.state in NOT_STARTED:
                 state.remove(held)
                 return None
-            if dedup.get("extend") and dedup.get("ttl"):
-                state.extend_key(UNIQUE, queue, key, owner, now + dedup["ttl"])
+            ttl = dedup["ttl"]
+            if dedup["extend"] and ttl:
+                state.extend_key(UNIQUE, queue, key, owner, now + ttl)
             return owner
         debounce = fields.debounceId
         if debounce is not None:
             return state.key_owner(DEBOUNCE, queue, debounce, now)
         return None
 
-    def check_dependencies(self, depends_on: Any, batch_ids: Any) -> None:
+    def check_dependencies(self, depends_on: Iterable[str], batch_ids: Container[str]) -> None:
         """Every dependency is a job the broker holds, one that completed (even if it was
         removed since), or a job of the same batch."""
         jobs = self.state.jobs
@@ -202,7 +223,7 @@ class JobCommands:
             if dep_id not in jobs and dep_id not in batch_ids and dep_id not in done:
                 raise errors.dependency_missing(dep_id)
 
-    def _check_batch_cycles(self, items: list[Any]) -> None:
+    def _check_batch_cycles(self, items: list[cmd.PushItem]) -> None:
         """Jobs of one batch must not wait for each other in a circle (none could ever run).
         Jobs already held only wait for jobs that existed before them, so a cycle can only
         run through the batch's own custom ids."""
@@ -215,10 +236,10 @@ class JobCommands:
     def _check_replace(
         self,
         queue: str,
-        fields: Any,
+        fields: JobFields,
         earlier_keys: dict[str, str | None],
-        batch: Any = (),
-        earlier: Any = (),
+        batch: Sequence[JobFields] = (),
+        earlier: Sequence[JobFields] = (),
     ) -> None:
         """dedup `replace` may not drop a job that other live jobs wait for: they would wait
         forever. Those are the jobs held waiting for it, the new job itself when it names it
@@ -226,7 +247,7 @@ class JobCommands:
         a job of the same batch may not be replaced while any item of the batch names it.
         Checked before anything changes (the replacement itself happens later)."""
         key = fields.uniqueKey
-        if key is None or not (fields.dedup or {}).get("replace"):
+        if key is None or not fields.dedup["replace"]:
             return
         if key in earlier_keys:  # replaces an earlier job of the same batch
             custom_id = earlier_keys[key]
@@ -256,7 +277,7 @@ class JobCommands:
         if waiting or named(held.id):
             raise errors.replace_blocked(held.id)
 
-    def _new_job(self, queue: str, fields: Any, custom_id: str | None, now: float) -> Job:
+    def _new_job(self, queue: str, fields: JobFields, custom_id: str | None, now: float) -> Job:
         job = job_from_push(fields, queue, custom_id or uuid7(), custom_id, now)
         if job.opts.repeat is not None:
             job.run_at = first_run(job.opts.repeat, job.run_at)
@@ -273,7 +294,7 @@ class JobCommands:
                 return already_finalized()
             job = active_job(self.state, command.id, token)
         remove = command.removeOnComplete or job.opts.remove_on_complete
-        self.state.complete(job, now, command.result, remove)  # type: ignore[arg-type]
+        self.state.complete(job, now, command.result, remove)
         return {"ok": True}
 
     def ack_batch(self, session: ReplySink, command: cmd.AckBatch, now: float) -> Reply | None:
@@ -281,11 +302,12 @@ class JobCommands:
         active (a late settle, a repeated id) are ignored and reported. A large one is
         checked and settled in slices, answered once all are (bulk_jobs.py)."""
         if command.large:
-            bulk = AckBulk(session, command.reqId, command.ids, command.results, command.tokens)
+            raw = command.raw_ids, command.raw_results, command.raw_tokens
+            bulk = AckBulk(session, command.reqId, *raw)
             self.bulks.start(bulk)
             return None
-        ids: list[str] = command.ids  # type: ignore[assignment]
-        tokens: list[Any] = command.tokens or [None] * len(ids)  # type: ignore[assignment]
+        ids = command.ids
+        tokens = command.tokens or [None] * len(ids)
         jobs = self.state.jobs
         settling: list[Job | None] = []  # the job at each position, None where ignored
         ignoring = False
@@ -309,9 +331,9 @@ class JobCommands:
                 if job_id in seen:
                     ignoring, settling[index] = True, None
                 seen.add(job_id)
-        results: list[Any] = command.results or [None] * len(ids)  # type: ignore[assignment]
-        if not ignoring:
-            self.state.complete_many(settling, results, now)  # type: ignore[arg-type]
+        results = command.results or [None] * len(ids)
+        if not ignoring:  # then no position is None
+            self.state.complete_many(cast(list[Job], settling), results, now)
             return {"ok": True}
         ignored = [index for index, job in enumerate(settling) if job is None]
         self.state.complete_many(

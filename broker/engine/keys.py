@@ -44,8 +44,7 @@ class KeyRegistry:
     def free(self, key: Key, job_id: str, *, only_untimed: bool = False) -> None:
         """Give `key` up if `job_id` holds it (with `only_untimed`, only a hold without ttl)."""
         entry = self._held.get(key)
-        held_by_job = entry is not None and entry[0] == job_id
-        if held_by_job and (not only_untimed or entry[1] == math.inf):  # type: ignore[index]
+        if entry is not None and entry[0] == job_id and (not only_untimed or entry[1] == math.inf):
             del self._held[key]
 
     def expire(self, key: Key, job_id: str, expires_at: float) -> None:

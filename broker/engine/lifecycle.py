@@ -117,8 +117,9 @@ class Lifecycle:
         """ClearLogs: keep the newest `keepLogs` lines (0: none); unknown jobs are a no-op."""
         job = self.state.jobs.get(command.id)
         if job is not None and job.logs:
-            keep = command.keepLogs
-            job.logs = job.logs[-keep:] if keep else []
+            keep = command.keepLogs  # a whole number of lines, or Infinity: all of them
+            if keep < len(job.logs):
+                job.logs = job.logs[-int(keep) :] if keep else []
             self.state.touch(job)
         return {"ok": True}
 
@@ -226,7 +227,7 @@ class Lifecycle:
         job = self.state.jobs.get(command.id)
         if job is None or job.state not in (*QUEUED_STATES, ACTIVE, WAITING_CHILDREN):
             raise EngineError("Job not found or cannot be updated")
-        job.data = command.data  # type: ignore[assignment]
+        job.data = command.data
         self.state.touch(job)
         self.state.emit("data-updated", job)
         return {"ok": True}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import msgspec
 
+from protocol.jobspec import JobFields
 from protocol.wire import WireJob, WireJobWithState
 
 from .sink import ReplySink
@@ -92,7 +93,7 @@ class Options:
     children_ids: Sequence[str] = ()
     tags: Sequence[str] = ()
     group_id: str | None = None
-    group_max_size: int | None = None
+    group_max_size: float | None = None  # whole; a float beyond 32 bits
     remove_on_complete: bool = False
     remove_on_fail: bool = False
     durable: bool = False
@@ -127,7 +128,7 @@ class Options:
 
 
 DEFAULT_OPTIONS = Options()
-_WITH_ID = tuple(default for _, default in OPTION_FIELDS[:8])  # up to custom_id
+_WITH_ID = dict(OPTION_FIELDS[:8])  # the defaults of the fields before custom_id
 MAX_INTERNED = 10_000
 _interned_options: dict[tuple[tuple[Any, ...], tuple[type, ...]], Options] = {}
 
@@ -160,7 +161,7 @@ _OWN = tuple(
 
 def options_with_id(custom_id: str) -> Options:
     """The Options of a job pushed with only a jobId."""
-    return Options(*_WITH_ID, custom_id)  # type: ignore[call-arg]
+    return Options(**_WITH_ID, custom_id=custom_id)
 
 
 def options_for(values: tuple[Any, ...]) -> Options:
@@ -446,7 +447,9 @@ def shared(text: str) -> str:
     return text
 
 
-def job_from_push(fields: Any, queue: str, job_id: str, custom_id: str | None, now: float) -> Job:
+def job_from_push(
+    fields: JobFields, queue: str, job_id: str, custom_id: str | None, now: float
+) -> Job:
     """Build a Job from validated PUSH/PUSHB fields (protocol.jobspec.JobFields)."""
     queue = _names.get(queue) or shared(queue)
     name = _names.get(fields.name) or shared(fields.name)

@@ -87,8 +87,10 @@ class Pulls:
 
     def pull(self, session: ReplySink, command: cmd.Pull, now: float) -> Reply | None:
         """PULL/PULLB: claim ready jobs now, or park until one arrives or the timeout passes."""
-        batch = isinstance(command, cmd.PullBatch)
-        count = command.count if batch else 1  # type: ignore[attr-defined]
+        if isinstance(command, cmd.PullBatch):
+            batch, count = True, command.count
+        else:
+            batch, count = False, 1
         state = self.state
         queue = state.queues.get(command.queue)
         if queue is None:  # nothing to claim: answer empty now, or make the queue to park

@@ -82,7 +82,7 @@ def _row_builder(persisted: tuple[str, ...] = PERSISTED) -> Callable[[Job], JobR
         "_HEADER": b"\xdc" + (len(persisted) + 2).to_bytes(2, "big"),
     }  # fmt: skip
     exec(compile(source, "<trioq job row>", "exec"), namespace)
-    return namespace["job_to_row"]  # type: ignore[no-any-return]
+    return namespace["job_to_row"]
 
 
 _OPTIONS_ENCODED: dict[int, tuple[Options, msgspec.Raw]] = {}
@@ -110,7 +110,7 @@ def _options_encoder(names: list[str]) -> Callable[[Options], tuple[Options, msg
         "_SIZE": OPTIONS_CACHE_SIZE,
     }  # fmt: skip
     exec(compile(source, "<trioq options block>", "exec"), namespace)
-    return namespace["encode_options"]  # type: ignore[no-any-return]
+    return namespace["encode_options"]
 
 
 SEQUENCES = ("depends_on", "children_ids", "tags", "timeline")
@@ -291,7 +291,7 @@ def _job_builder() -> Callable[[list[Any]], Job]:
         "_rare": RARE, "_time": _time, "_timeline": _timeline, "_state": _STATES.get,
     }  # fmt: skip
     exec(compile("\n".join(lines) + "\n", "<trioq job from row>", "exec"), namespace)
-    return namespace["build"]  # type: ignore[no-any-return]
+    return namespace["build"]
 
 
 TIMES = ("created_at", "run_at", "last_heartbeat")

@@ -30,7 +30,6 @@ from .webhook_policy import refused_target
 WEBHOOK = "webhook"
 NOT_FOUND = "Webhook not found"
 _encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder(dict[str, object]).decode
 
 
 @attrs.define(slots=True, eq=False)
@@ -72,6 +71,10 @@ class Delivered:
     hook_id: str
     ok: bool
     when: float
+
+
+# A stored webhook is the `attrs.asdict` of one (`take_writes`): msgspec builds it back.
+_decode_webhook = msgspec.msgpack.Decoder(Webhook).decode
 
 
 class WebhookRegistry:
@@ -199,6 +202,5 @@ class WebhookRegistry:
         """Start-up: load the stored webhooks (`now` is the protocol's, stored.py: unused)."""
         for record in records:
             if record.kind == WEBHOOK:
-                fields = _decode(record.body)
-                hook = Webhook(**fields)  # type: ignore[arg-type]
+                hook = _decode_webhook(record.body)
                 self._hooks[hook.id] = hook
