@@ -203,7 +203,7 @@ class CronScheduler:
         self.state.note_emptied(queue)
 
     def _cron_changed(self, name: str) -> None:
-        if self.state.tracking:  # only a store needs to hear of it
+        if self.state.changes.tracking:  # only a store needs to hear of it
             self.changed_crons.add(name)
 
     def _arm_cron(self, cron: Cron) -> None:
