@@ -34,6 +34,8 @@ class Observers:
         # The recorder of finished jobs, as a bound method (no second call on hot paths).
         self.finish = self.finished.append
         self.record = self.events.append  # an event tuple, while `emitting`
+        self.record_many = self.events.extend
+        self.finish_many = self.finished.extend
 
     def watch_latency(
         self,
