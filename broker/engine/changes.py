@@ -40,11 +40,6 @@ class ChangeLog:
         """From now on every change is noted for the store (the engine is restored)."""
         self.tracking = True
 
-    def rows(self) -> dict[str, Job] | None:
-        """The map of jobs to write, for a transition loop to note many jobs into (None while
-        not tracking): the one place a batch writes jobs here without a call per job."""
-        return self.changed if self.tracking else None
-
     def touch(self, job: Job) -> None:
         """Record a change to a job (for the store)."""
         if self.tracking:
@@ -64,14 +59,13 @@ class ChangeLog:
         """Delete `job_id`'s row whatever the tracking (a restart's correction)."""
         self.deleted.add(job_id)
 
-    def delete_many(self, job_ids: list[str]) -> None:
-        """`delete` for many ids."""
+    def delete_jobs(self, jobs: list[Job]) -> None:
+        """`delete` for the rows of many jobs."""
         if self.tracking:
-            changed = self.changed
-            if changed:
-                for job_id in job_ids:
-                    changed.pop(job_id, None)
-            self.deleted.update(job_ids)
+            changed, deleted = self.changed, self.deleted
+            for job in jobs:
+                changed.pop(job.id, None)
+                deleted.add(job.id)
 
     def delete_rows(self, job_ids: Any) -> None:
         """Delete rows by id (a purge's slice: none of them is written meanwhile)."""

@@ -41,11 +41,11 @@ class Dependencies:
         if len(done) > keep:
             done.popitem(last=False)
 
-    def remember_done_many(self, job_ids: Iterable[str], keep: int = KEEP_DONE_IDS) -> None:
-        """`remember_done` for many ids (the oldest past the cap dropped once, after)."""
+    def remember_done_jobs(self, jobs: Iterable[Job], keep: int = KEEP_DONE_IDS) -> None:
+        """`remember_done` for the ids of many jobs (the oldest past the cap dropped after)."""
         done = self.done_ids
-        for job_id in job_ids:
-            done[job_id] = None
+        for job in jobs:
+            done[job.id] = None
         while len(done) > keep:
             done.popitem(last=False)
 

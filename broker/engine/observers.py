@@ -1,6 +1,6 @@
 """Observers: what the engine tells those who watch it, collected during a pass.
 
-Job events for subscribers and webhooks (only while someone listens: `emitting`), the jobs
+Job events for subscribers and webhooks (only while someone listens), the jobs
 that finished for WaitJob, the running totals and per-queue minute counts for Metrics, and the
 latency hooks a served broker wires to its histograms. The actor takes the events and the
 finished jobs after each pass; the lists are emptied in place, never replaced (EngineState
@@ -20,8 +20,7 @@ class Observers:
     """Events, finished jobs, totals and latency hooks of the engine."""
 
     def __init__(self, max_queues: int) -> None:
-        # Job events of the pass, collected only while someone listens (see events.py).
-        self.emitting = False
+        # Job events of the pass, recorded only while someone listens (EngineState.emitting).
         self.events: list[tuple[str, Job | None, dict[str, Any]]] = []
         # Jobs that completed, failed or were removed since the engine last looked (WaitJob).
         self.finished: list[Job] = []
@@ -33,7 +32,7 @@ class Observers:
         self.on_complete: Callable[[float], Any] | None = None
         # The recorder of finished jobs, as a bound method (no second call on hot paths).
         self.finish = self.finished.append
-        self.record = self.events.append  # an event tuple, while `emitting`
+        self.record = self.events.append  # an event tuple (kind, job or None, fields)
         self.record_many = self.events.extend
         self.finish_many = self.finished.extend
 
@@ -46,17 +45,6 @@ class Observers:
         ms it was processed (a served broker's histograms)."""
         self.on_start = on_start
         self.on_complete = on_complete
-
-    def emit(self, kind: str, job: Job, **extra: Any) -> None:
-        """Record a job event for the subscribers and webhooks (cheap when nobody listens)."""
-        if self.emitting:
-            self.events.append((kind, job, extra))
-
-    def announce(self, name: str, data: dict[str, Any]) -> None:
-        """Record an event that is not a job's (`queue:paused`, `worker:connected`...) for the
-        subscribers (cheap when nobody listens)."""
-        if self.emitting:
-            self.events.append((name, None, data))
 
     def take_finished(self) -> list[Job]:
         """The jobs finished since the last look (and forget them)."""

@@ -36,8 +36,6 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from store import Record
-
 from .changes import ChangeLog
 from .deadlines import (
     KEY_EXPIRY,
@@ -154,18 +152,23 @@ class EngineState:
         self.untidy = upkeep.untidy
         self.purges = upkeep.purges
         self.graveyard = upkeep.graveyard
-        # The observers' recorders, called here without a second call.
-        self.emit = observers.emit
-        self.announce = observers.announce
+        # Whether job events are recorded (someone listens): set by the actor for each pass,
+        # like `now`; the events go to the observers.
+        self.emitting = False
+        # The change log's takers, under the names the actor calls (no second call).
+        self.take_changes = changes.take_changes
+        self.take_purge_writes = changes.take_records
 
-    @property
-    def emitting(self) -> bool:
-        """Whether job events are collected (someone listens): the observers' switch."""
-        return self.observers.emitting
+    def emit(self, kind: str, job: Job, **extra: Any) -> None:
+        """Record a job event for the subscribers and webhooks (cheap when nobody listens)."""
+        if self.emitting:
+            self.observers.record((kind, job, extra))
 
-    @emitting.setter
-    def emitting(self, listening: bool) -> None:
-        self.observers.emitting = listening
+    def announce(self, name: str, data: dict[str, Any]) -> None:
+        """Record an event that is not a job's (`queue:paused`, `worker:connected`...) for the
+        subscribers (cheap when nobody listens)."""
+        if self.emitting:
+            self.observers.record((name, None, data))
 
     @property
     def tracking(self) -> bool:
@@ -320,10 +323,9 @@ class EngineState:
             return
         queues = self.queues
         changes = self.changes
-        changed = changes.changed if persist and changes.tracking else None  # `rows()`, inline
+        changed = changes.changed if persist and changes.tracking else None  # jobs to write
         entry = (state, self.now, error)  # what the usual timeline gains
         arrive = state in ARRIVE_MORE
-        back = -TIMELINE_ENTRY
         name = ""  # the last job's queue
         queue: Any = None
         counts: Any = None
@@ -343,8 +345,10 @@ class EngineState:
                     self._leave(queue, job)
             job.state = state
             timeline = job.timeline
-            if timeline and timeline[back] != state and len(timeline) < TIMELINE_FULL:
-                job.timeline = timeline + entry  # `_record`'s usual case, inline
+            # A placed job's timeline ends with the state it leaves (the invariant of
+            # `_record`), so a new state is a new entry: `_record`'s usual case, inline.
+            if old != state and old and timeline and len(timeline) < TIMELINE_FULL:
+                job.timeline = timeline + entry
             else:
                 self._record(job, state, error)
             counts[state] += 1
@@ -369,8 +373,8 @@ class EngineState:
                 self._leave(queue, job)
         job.state = state
         timeline = job.timeline
-        if timeline and timeline[-TIMELINE_ENTRY] != state and len(timeline) < TIMELINE_FULL:
-            job.timeline = (*timeline, state, self.now, error)  # `_record`'s usual case, inline
+        if old != state and old and timeline and len(timeline) < TIMELINE_FULL:
+            job.timeline = timeline + (state, self.now, error)  # as in `enter_many`
         else:
             self._record(job, state, error)
         queue.counts[state] += 1
@@ -451,11 +455,6 @@ class EngineState:
         if worth_compacting(retention.stale, len(retention.entries)):
             self.upkeep.note_untidy(retention)
 
-    def take_changes(self) -> tuple[list[Job], list[str], bool]:
-        """Jobs to write, ids to delete, and whether a `durable` job is among the writes (the
-        change log's: `ChangeLog.take_changes`)."""
-        return self.changes.take_changes()
-
     def completed_once(self, job_id: str) -> bool:
         """Whether `job_id` completed (held now, or forgotten since): a satisfied dependency."""
         return self.deps.completed_once(job_id)
@@ -481,7 +480,7 @@ class EngineState:
             arm_ttl(self, job)
         observers = self.observers
         observers.totals["pushed"] += 1
-        if observers.emitting:  # `emit`, inline
+        if self.emitting:  # `emit`, inline
             observers.record(("pushed", job, {}))
         if opts.depends_on:
             self.wait_for_dependencies(job, now)
@@ -550,8 +549,34 @@ class EngineState:
         holder: ReplySink | None = None,
     ) -> str | None:
         """Make a popped ready job active; returns the lease token when `owner` is given
-        (`claim_many` of one job)."""
-        return self.claim_many(self.queues[job.queue], (job,), now, owner, lock_ttl, holder)[0]
+        (`claim_many` for one job, written out: a PULL claims one)."""
+        self._enter(job, ACTIVE, persist=holder is None)
+        job.started_at = now
+        job.last_heartbeat = now
+        opts = job.opts
+        if (
+            opts.debounce_id is not None
+            or opts.timeout
+            or opts.stall_timeout is not None
+            or self.queues[job.queue].stall_config
+        ):
+            self._start_timed(job, now)  # (else nothing to arm: see `claim_many`)
+        if holder is not None:
+            job.holder = holder
+            held = self.holdings.get(holder)
+            if held is None:
+                self.holdings[holder] = {job.id}
+            else:
+                held.add(job.id)
+        observers = self.observers
+        observers.totals["pulled"] += 1
+        if observers.on_start is not None:
+            observers.on_start(now - job.run_at)
+        if self.emitting:  # `emit`, inline: this runs for every job
+            observers.record(("active", job, {}))
+        if owner is None:
+            return None
+        return self._lease(job, now, owner, lock_ttl)
 
     def _lease(self, job: Job, now: float, owner: str, lock_ttl: float) -> str:
         """Give a job just started a lease held by `owner` for `lock_ttl`; returns its token."""
@@ -581,11 +606,21 @@ class EngineState:
         a restart its stored waiting row gives exactly what a written active row would (back
         to waiting, no attempt spent), so the write would buy nothing.
         """
+        if len(jobs) == 1:  # a PULL: the one-job form costs less than a loop of one
+            return [self.claim(jobs[0], now, owner, lock_ttl, holder)]
         self.enter_many(jobs, ACTIVE, holder is None)
         stalls = bool(queue.stall_config)
         tokens: list[str | None] = [] if owner is not None else [None] * len(jobs)
         lease = self._lease
+        held = None
+        if holder is not None:
+            held = self.holdings.get(holder)
+            if held is None:
+                held = self.holdings[holder] = set()
         for job in jobs:
+            if held is not None:
+                job.holder = holder
+                held.add(job.id)
             job.started_at = now
             job.last_heartbeat = now
             opts = job.opts
@@ -600,20 +635,13 @@ class EngineState:
             # arms for one claim from a later claim's.
             if owner is not None:  # (its timer after the job's others, as one at a time)
                 tokens.append(lease(job, now, owner, lock_ttl))
-        if holder is not None:
-            held = self.holdings.get(holder)
-            if held is None:
-                held = self.holdings[holder] = set()
-            for job in jobs:
-                job.holder = holder
-                held.add(job.id)
         observers = self.observers
         observers.totals["pulled"] += len(jobs)
         on_start = observers.on_start
         if on_start is not None:
             for job in jobs:
                 on_start(now - job.run_at)
-        if observers.emitting:
+        if self.emitting:
             observers.record_many([("active", job, {}) for job in jobs])
         return tokens
 
@@ -720,8 +748,8 @@ class EngineState:
         self._settle_removed(queue, counts, stale_entries)
         self._note_stale_timers(stale_timers)
         if self.changes.tracking:
-            self.changes.delete_many([job.id for job in removed])
-        if self.observers.emitting:
+            self.changes.delete_jobs(removed)
+        if self.emitting:
             for job in removed:
                 self.emit("removed", job)
         return removed
@@ -798,32 +826,29 @@ class EngineState:
         observers.telemetry.record(job.queue, COMPLETED, now)
         if observers.on_complete is not None and job.started_at is not None:
             observers.on_complete(now - job.started_at)
-        if observers.emitting:  # `emit`, inline: this runs for every job
+        if self.emitting:  # `emit`, inline: this runs for every job
             observers.record(("completed", job, {}))
         if self.deps.dependents:
             self._unblock_dependents(job, now)
 
     def complete_many(self, jobs: list[Job], results: list[Any], now: float) -> None:
         """ACKB: `complete` each of `jobs` (active, distinct) with its result, in order, with
-        what `complete` repeats per job done once: the transitions of the jobs kept are one
-        `enter_many` (one per run of them between jobs removed on completion, which
-        `complete` forgets in their place), the totals and minute counts of the batch are
-        added at its end, and retention's caps are applied once, after the batch (it forgets
-        the same oldest jobs as one job at a time would)."""
+        what `complete` repeats per job done once: the jobs kept are settled in runs (between
+        jobs removed on completion, which `complete` forgets in their place; one job a run
+        while some job waits for dependencies, so that what completing one releases comes
+        before the next), each run one `enter_many`; the totals and minute counts of the batch
+        are added at its end, and retention's caps are applied once, after the batch (it
+        forgets the same oldest jobs as one job at a time would)."""
         holdings = self.holdings
-        observers = self.observers
-        finish = observers.finish
-        on_complete = observers.on_complete
-        record = observers.record if observers.emitting else None
         dependents = self.deps.dependents
         retention = self.completed
         entries = retention.entries
         settled: list[str] = []  # the queue of each job kept
-        start = at = 0  # jobs[start:at]: kept, not yet entered
+        start = at = 0  # jobs[start:at]: kept, not yet settled
         for job, result in zip(jobs, results, strict=True):
             opts = job.opts
             if opts.remove_on_complete:
-                self.enter_many(jobs[start:at], COMPLETED)  # those before it, first
+                self._settle_run(jobs[start:at], now)  # those before it, first
                 self.complete(job, now, result, True)
                 at += 1
                 start = at
@@ -844,17 +869,15 @@ class EngineState:
             job.completed_at = now
             job.result = result
             job.progress = 100
-            finish(job)
             job.retained_seq = seq = next_finish()  # `mark_finished`
             entries.append((now, seq, job))  # `retain`, its caps applied after the batch
             settled.append(job.queue)
-            if on_complete is not None and job.started_at is not None:
-                on_complete(now - job.started_at)
-            if record is not None:
-                record(("completed", job, {}))
-            if dependents:  # (they wait on the dependency map, not on the job's state)
+            if dependents:
+                self._settle_run(jobs[start:at], now)
+                start = at
                 self._unblock_dependents(job, now)
-        self.enter_many(jobs if start == 0 else jobs[start:], COMPLETED)
+        self._settle_run(jobs if start == 0 else jobs[start:], now)
+        observers = self.observers
         totals, telemetry = observers.totals, observers.telemetry
         for queue_name in set(settled):
             count = settled.count(queue_name)
@@ -862,6 +885,22 @@ class EngineState:
             telemetry.record(queue_name, COMPLETED, now, count)
         if settled:
             expire_retained(self, retention, now)
+
+    def _settle_run(self, jobs: list[Job], now: float) -> None:
+        """A run of `complete_many`'s jobs completes: the transition, then what observers
+        hear of it, in order."""
+        if not jobs:
+            return
+        self.enter_many(jobs, COMPLETED)
+        observers = self.observers
+        observers.finish_many(jobs)
+        on_complete = observers.on_complete
+        if on_complete is not None:
+            for job in jobs:
+                if job.started_at is not None:
+                    on_complete(now - job.started_at)
+        if self.emitting:
+            observers.record_many([("completed", job, {}) for job in jobs])
 
     def retry(self, job: Job, now: float) -> None:
         """FAIL with attempts left: back to delayed after the backoff."""
@@ -898,7 +937,7 @@ class EngineState:
         mark_finished(job)
         retain(self, self.failed, job, now)
         enter_dead_letters(self, self.queues[job.queue], job, now)
-        if self.observers.emitting:
+        if self.emitting:
             self._announce_dead_letter(job)
         return self._parent_policy(job, cause, now)
 
@@ -1042,9 +1081,8 @@ class EngineState:
             finished(job)
             job.state = ""
             del live[job_id]
-        ids = [job.id for job in jobs]
-        self.deps.remember_done_many(ids, KEEP_DONE_IDS)  # `_remember_done` of each
-        self.changes.delete_many(ids)
+        self.deps.remember_done_jobs(jobs, KEEP_DONE_IDS)  # `_remember_done` of each
+        self.changes.delete_jobs(jobs)
         retention.count -= len(jobs)
         if ttl_timers:
             self._note_stale_timers(ttl_timers)
@@ -1066,11 +1104,6 @@ class EngineState:
         when there are many and a store, delete their rows in slices as a Purge (its tombstone
         is committed with this pass, see housekeeping.py)."""
         self.upkeep.purge_later(jobs, PURGE_SLICE)  # (the slice read here: tests lower it)
-
-    def take_purge_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
-        """Tombstones and other records to write and to delete since the last commit (the
-        change log's)."""
-        return self.changes.take_records()
 
     def housekeeping_due(self) -> bool:
         """Whether work is left for `housekeep` (the actor then runs passes without sleeping).
