@@ -17,10 +17,10 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator, Sequence
 from itertools import count
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .changes import ChangeLog
-from .deadlines import LEASE, TimedState, arm_timeout, arm_ttl
+from .deadlines import LEASE, arm_timeout, arm_ttl
 from .keys import DEBOUNCE
 from .model import (
     ACTIVE,
@@ -40,42 +40,45 @@ from .retention import expire_retained, mark_finished
 READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports can change
 
 
-class Restorable(TimedState, Protocol):
-    """What `restore` rebuilds: EngineState."""
+if TYPE_CHECKING:  # (a type only: no Protocol class is built at run time)
+    from .deadlines import TimedState
 
-    now: float
-    changes: ChangeLog
-    observers: Observers
+    class Restorable(TimedState, Protocol):
+        """What `restore` rebuilds: EngineState."""
 
-    def sequence(self) -> count[int]:
-        """The counter of ready heap entries."""
-        ...
+        now: float
+        changes: ChangeLog
+        observers: Observers
 
-    def enter_many(
-        self, jobs: Sequence[Job], state: str, persist: bool = True, error: str | None = None
-    ) -> None:
-        """The transition."""
-        ...
+        def sequence(self) -> count[int]:
+            """The counter of ready heap entries."""
+            ...
 
-    def take_keys(self, job: Job, since: float) -> None:
-        """Take the unique and debounce keys of `job`."""
-        ...
+        def enter_many(
+            self, jobs: Sequence[Job], state: str, persist: bool = True, error: str | None = None
+        ) -> None:
+            """The transition."""
+            ...
 
-    def extend_key(self, kind: str, queue: str, key: str, job_id: str, until: float) -> None:
-        """Take a key until `until`."""
-        ...
+        def take_keys(self, job: Job, since: float) -> None:
+            """Take the unique and debounce keys of `job`."""
+            ...
 
-    def wait_for_dependencies(self, job: Job, now: float) -> None:
-        """Wait for the unfinished dependencies, or schedule."""
-        ...
+        def extend_key(self, kind: str, queue: str, key: str, job_id: str, until: float) -> None:
+            """Take a key until `until`."""
+            ...
 
-    def schedule(self, job: Job, now: float) -> None:
-        """Delayed or ready."""
-        ...
+        def wait_for_dependencies(self, job: Job, now: float) -> None:
+            """Wait for the unfinished dependencies, or schedule."""
+            ...
 
-    def child_failed(self, child: Job, reason: str, now: float) -> None:
-        """A child's failure policy meets its parent."""
-        ...
+        def schedule(self, job: Job, now: float) -> None:
+            """Delayed or ready."""
+            ...
+
+        def child_failed(self, child: Job, reason: str, now: float) -> None:
+            """A child's failure policy meets its parent."""
+            ...
 
 
 def restore(

@@ -339,17 +339,20 @@ class EngineState:
             old = job.state
             group = job.opts.group_id
             if old:
-                if old in LEAVE_QUIETLY and group is None and job.ready_seq < 0:
+                if group is None and old in LEAVE_QUIETLY and job.ready_seq < 0:
                     counts[old] -= 1
                 else:
                     self._leave(queue, job)
-            job.state = state
-            timeline = job.timeline
-            # A placed job's timeline ends with the state it leaves (the invariant of
-            # `_record`), so a new state is a new entry: `_record`'s usual case, inline.
-            if old != state and old and timeline and len(timeline) < TIMELINE_FULL:
-                job.timeline = timeline + entry
+                job.state = state
+                timeline = job.timeline
+                # A placed job's timeline ends with the state it leaves (the invariant of
+                # `_record`), so a new state is a new entry: `_record`'s usual case, inline.
+                if old != state and timeline and len(timeline) < TIMELINE_FULL:
+                    job.timeline = timeline + entry
+                else:
+                    self._record(job, state, error)
             else:
+                job.state = state
                 self._record(job, state, error)
             counts[state] += 1
             if arrive or group is not None:
@@ -374,7 +377,8 @@ class EngineState:
         job.state = state
         timeline = job.timeline
         if old != state and old and timeline and len(timeline) < TIMELINE_FULL:
-            job.timeline = timeline + (state, self.now, error)  # as in `enter_many`
+            entry = (state, self.now, error)
+            job.timeline = timeline + entry  # as in `enter_many`
         else:
             self._record(job, state, error)
         queue.counts[state] += 1
@@ -844,16 +848,15 @@ class EngineState:
         retention = self.completed
         entries = retention.entries
         settled: list[str] = []  # the queue of each job kept
-        start = at = 0  # jobs[start:at]: kept, not yet settled
+        start = 0  # jobs[start:]: not yet settled (kept) or completed (removed)
         for job, result in zip(jobs, results, strict=True):
             opts = job.opts
             if opts.remove_on_complete:
+                at = jobs.index(job, start)  # (jobs are distinct)
                 self._settle_run(jobs[start:at], now)  # those before it, first
                 self.complete(job, now, result, True)
-                at += 1
-                start = at
+                start = at + 1
                 continue
-            at += 1
             if job.lock_token is not None:
                 self._end_activity(job)
             elif job.holder is not None:  # `_end_activity` (no lease to end), inline
@@ -873,6 +876,7 @@ class EngineState:
             entries.append((now, seq, job))  # `retain`, its caps applied after the batch
             settled.append(job.queue)
             if dependents:
+                at = jobs.index(job, start) + 1
                 self._settle_run(jobs[start:at], now)
                 start = at
                 self._unblock_dependents(job, now)

@@ -389,7 +389,6 @@ class HttpServer:
     async def _heap_stats(self) -> Answer:
         return 200, JSON, reply_json({"ok": True, "data": heap_stats()})
 
-
     def serve_engine(self, actor: EngineActor, metrics: Metrics) -> None:
         """Answer from another engine from now on (a PostgreSQL standby that took the lease,
         ha.py): its commands, its metrics, and its events for the SSE clients, which stay
@@ -401,6 +400,7 @@ class HttpServer:
         """Feed the SSE ring from `actor`'s events, and tell `metrics` the HTTP transports."""
         metrics.http_transports = lambda: (self.websockets, self.sse_clients)
         actor.bus.add_listener(self.events.append, lambda: self.sse_clients > 0, EVENT_NAMES)
+
     def _collect_garbage(self) -> Answer:
         result = self.collector.collect(trio.current_time())
         if result is None:
