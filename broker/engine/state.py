@@ -330,7 +330,7 @@ class EngineState:
         queue: Any = None
         counts: Any = None
         for job in jobs:
-            if job.queue != name:
+            if job.queue is not name:  # (names are shared strings; an equal one looks again)
                 name = job.queue
                 queue = queues.get(name)
                 if queue is None:
@@ -362,8 +362,11 @@ class EngineState:
         if state == COMPLETED:
             self.completed.count += len(jobs)
 
-    def _enter(self, job: Job, state: str, persist: bool = True, error: str | None = None) -> None:
-        """`enter_many` for one job, step for step (see there why it is written out)."""
+    def _enter(
+        self, job: Job, state: str, persist: bool = True, error: str | None = None
+    ) -> QueueState:
+        """`enter_many` for one job, step for step (see there why it is written out); returns
+        the job's queue."""
         queue = self.queues.get(job.queue)
         if queue is None:
             queue = self.queue(job.queue)
@@ -390,6 +393,7 @@ class EngineState:
             changes = self.changes
             if changes.tracking:  # `ChangeLog.touch`, inline: every transition passes here
                 changes.changed[job.id] = job
+        return queue
 
     def _arrive(self, queue: QueueState, job: Job, state: str, group: str | None) -> None:
         """What entering `state` adds beyond the count: the failed tallies, the delayed set,
@@ -538,8 +542,7 @@ class EngineState:
 
     def make_ready(self, job: Job) -> None:
         """Put a job in its queue's ready heap and mark the queue for waiting pulls."""
-        self._enter(job, PRIORITIZED if job.opts.priority > 0 else WAITING)
-        queue = self.queues[job.queue]  # `_enter` made it
+        queue = self._enter(job, PRIORITIZED if job.opts.priority > 0 else WAITING)
         queue.push_ready(job, next(self._seq))
         if queue.waiters:
             self.changes.note_dirty(queue)
@@ -554,7 +557,7 @@ class EngineState:
     ) -> str | None:
         """Make a popped ready job active; returns the lease token when `owner` is given
         (`claim_many` for one job, written out: a PULL claims one)."""
-        self._enter(job, ACTIVE, persist=holder is None)
+        queue = self._enter(job, ACTIVE, persist=holder is None)
         job.started_at = now
         job.last_heartbeat = now
         opts = job.opts
@@ -562,7 +565,7 @@ class EngineState:
             opts.debounce_id is not None
             or opts.timeout
             or opts.stall_timeout is not None
-            or self.queues[job.queue].stall_config
+            or queue.stall_config
         ):
             self._start_timed(job, now)  # (else nothing to arm: see `claim_many`)
         if holder is not None:
