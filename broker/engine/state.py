@@ -624,10 +624,11 @@ class EngineState:
             held = self.holdings.get(holder)
             if held is None:
                 held = self.holdings[holder] = set()
+        if held is not None:
+            held.update([job.id for job in jobs])
         for job in jobs:
             if held is not None:
                 job.holder = holder
-                held.add(job.id)
             job.started_at = now
             job.last_heartbeat = now
             opts = job.opts
