@@ -81,11 +81,11 @@ class QueueAdmin:
         if start_sweep(self.bulks, self.pulls, session, command, OBLITERATE, None):
             return None
         removed = self.state.remove_many(self.state.jobs_of(command.queue))
-        queue = self.state.queues.pop(command.queue, None)
-        self.state.telemetry.forget(command.queue)
+        queue = self.state.drop_queue_now(command.queue)
+        self.state.observers.telemetry.forget(command.queue)
         if queue is not None:
-            self.state.graveyard.bury(queue.compact_ready())  # let go of in slices with the jobs
-            self.state.changed_settings.add(queue.name)
+            self.state.upkeep.bury(queue.compact_ready())  # let go of in slices with the jobs
+            self.state.changes.note_setting(queue.name)
             self.pulls.answer_empty(queue.waiters)
             if queue.crons:  # its crons stay (CronDelete removes them): so does the queue
                 self.state.queue(queue.name).crons = queue.crons
@@ -201,7 +201,7 @@ class QueueAdmin:
             "delayed": totals.get("delayed", 0),
             "dlq": totals.get(FAILED, 0),
             "completed": totals.get(COMPLETED, 0),
-            "failed": self.state.totals["failed"],
+            "failed": self.state.observers.totals["failed"],
             "uptime": math.floor(now - self.info.started_ms),  # whole ms, as the reference
         }
 
@@ -209,7 +209,7 @@ class QueueAdmin:
         """Metrics: totals since start, and this process's memory; with a queue, its minute
         counts of completed or failed jobs (`{meta, data, count}`, see telemetry.py)."""
         if command.queue is not None and command.type is not None:  # both or neither
-            view = self.state.telemetry.view(
+            view = self.state.observers.telemetry.view(
                 command.queue, command.type, command.start, command.end
             )
             return {"ok": True, "data": view}

@@ -89,10 +89,10 @@ def check_id_reuse(state: EngineState, custom_id: str | None) -> None:
     name a new job while jobs still waiting for dependencies name it in `dependsOn`: one id
     would have two meanings for them (a restart, which knows only the new job, would have them
     wait for it). The reference refuses it alike."""
-    if custom_id is None or custom_id not in state.done_ids or custom_id in state.jobs:
+    if custom_id is None or custom_id not in state.deps.done_ids or custom_id in state.jobs:
         return
     jobs = state.jobs
-    for waiting in state.dependents.values():  # the jobs still waiting for something
+    for waiting in state.deps.dependents.values():  # the jobs still waiting for something
         for job_id in waiting:
             job = jobs.get(job_id)
             if job is None or job.state != WAITING_CHILDREN:

@@ -169,12 +169,12 @@ class BulkRunner:
                 self._write_parts(bulk)
                 if checked:
                     bulk.applying = True
-                    if state.tracking:
-                        state.purge_records.append(bulk.record())  # the commit point
+                    if state.changes.tracking:
+                        state.changes.add_record(bulk.record())  # the commit point
                 return None
             if not bulk.apply(state, now):
-                if state.tracking:
-                    state.purge_records.append(Record(BULK_AT, bulk.key, _encode(bulk.position)))
+                if state.changes.tracking:
+                    state.changes.add_record(Record(BULK_AT, bulk.key, _encode(bulk.position)))
                 return None
             return bulk.answer() if bulk.session is not None else {}
         except (EngineError, CommandError) as exc:
@@ -187,20 +187,20 @@ class BulkRunner:
 
     def _write_parts(self, bulk: Bulk) -> None:
         """Store the parts the last check slice kept, with this pass."""
-        writes = self.state.purge_records
+        changes = self.state.changes
         for part in bulk.new_parts:
-            if self.state.tracking:
-                writes.append(Record(BULK_PART, part_key(bulk.key, bulk.parts), part))
+            if changes.tracking:
+                changes.add_record(Record(BULK_PART, part_key(bulk.key, bulk.parts), part))
             bulk.parts += 1
         bulk.new_parts.clear()
 
     def _forget(self, bulk: Bulk) -> None:
         """A bulk ended: its records go, in the pass of its reply."""
-        if not self.state.tracking:
+        if not self.state.changes.tracking:
             return
         deletes = [(BULK, bulk.key), (BULK_AT, bulk.key)]
         deletes += [(BULK_PART, part_key(bulk.key, n)) for n in range(bulk.parts)]
-        self.state.purge_records += deletes
+        self.state.changes.add_records(deletes)
 
     def restore(self, records: list[Record]) -> None:
         """Bulks a stopped broker had committed to: they go on, from where they got (their
@@ -217,7 +217,7 @@ class BulkRunner:
             resume = self.resume.get(kind)
             if resume is None or len(kept) != count:
                 log.error("stored bulk %s (%r) cannot be resumed: dropped", record.key, kind)
-                self.state.purge_records.append((BULK, record.key))
+                self.state.changes.add_record((BULK, record.key))
                 parts[record.key] = kept
                 continue
             bulk = resume(bytes(body), [part.body for part in kept], positions.get(record.key, 0))
@@ -226,9 +226,9 @@ class BulkRunner:
             bulk.parts = count
             self.running.append(bulk)
         for orphans in parts.values():  # no commit point: as if never sent
-            self.state.purge_records += [(BULK_PART, part.key) for part in orphans]
+            self.state.changes.add_records([(BULK_PART, part.key) for part in orphans])
         resumed = {bulk.key for bulk in self.running}
-        self.state.purge_records += [(BULK_AT, key) for key in positions if key not in resumed]
+        self.state.changes.add_records([(BULK_AT, key) for key in positions if key not in resumed])
 
 
 def raw_array(chunks: list[bytes]) -> msgspec.Raw:

@@ -153,14 +153,14 @@ class SweepBulk(Bulk):
         """Obliterate at its commit point: the queue's settings are gone and its parked polls
         are answered, as a one-pass Obliterate does."""
         queue = state.queues.get(self.queue)
-        state.telemetry.forget(self.queue)
+        state.observers.telemetry.forget(self.queue)
         if queue is None:
             return
         fresh = QueueState(queue.name)
         queue.paused, queue.rate_limit, queue.concurrency = False, None, None
         queue.stall_config, queue.dlq_config = fresh.stall_config, fresh.dlq_config
         queue.group_settings, queue.dead_letters = fresh.group_settings, None
-        state.changed_settings.add(queue.name)
+        state.changes.note_setting(queue.name)
         self.pulls.answer_empty(queue.waiters)
 
     def _still_chosen(self, state: EngineState, job: Job | None) -> bool:
@@ -201,10 +201,10 @@ class SweepBulk(Bulk):
         queue = state.queues.get(self.queue)
         if queue is None:
             return
-        state.graveyard.bury(queue.compact_ready())  # the removed jobs' stale entries
+        state.upkeep.bury(queue.compact_ready())  # the removed jobs' stale entries
         if queue.idle(now):
-            del state.queues[self.queue]
-            state.changed_settings.add(queue.name)
+            state.drop_queue_now(self.queue)
+            state.changes.note_setting(queue.name)
 
     def _announce(self, state: EngineState) -> None:
         """The event the one-pass command publishes (events.py), once the last slice is in."""

@@ -137,19 +137,19 @@ class Engine:
         timers = state.wheel.heap  # `wheel.next_deadline() <= now`, inline (every served poll)
         if timers and timers[0].at_ms <= now:
             self._fire_due(now)
-        dirty = state.dirty_queues
-        while dirty:
-            queue = dirty.pop()
-            try:
-                self.pulls.serve_waiters(queue, now)
-            except Exception:  # named, not shown: a queue's repr holds every ready job
-                log.exception("serving the long polls of queue %s failed", queue.name)
-        if self.state.finished:
+        if state.dirty_queues:  # (read: the change log empties it, `next_dirty`)
+            next_dirty = state.changes.next_dirty
+            while (queue := next_dirty()) is not None:
+                try:
+                    self.pulls.serve_waiters(queue, now)
+                except Exception:  # named, not shown: a queue's repr holds every ready job
+                    log.exception("serving the long polls of queue %s failed", queue.name)
+        if state.finished:
             try:
                 self.lifecycle.answer_job_waiters()
             except Exception:
                 # Those answers are lost once: kept, they would fail (and log) every pass.
-                self.state.finished.clear()
+                state.observers.drop_finished()
                 log.exception("answering WaitJob failed")
 
     def _fire_due(self, now: float) -> None:
@@ -159,7 +159,7 @@ class Engine:
                 if kind == WAIT_JOB:
                     self.lifecycle.wait_timed_out(target)
                 elif kind == GROUP_WAKE:
-                    self.state.dirty_queues.add(target)
+                    self.state.changes.note_dirty(target)
                 elif kind == CRON:
                     self.crons.fire(target, now)
                 else:

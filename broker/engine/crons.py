@@ -205,7 +205,7 @@ class CronScheduler:
         self.state.note_emptied(queue)
 
     def _cron_changed(self, name: str) -> None:
-        if self.state.tracking:  # only a store needs to hear of it
+        if self.state.changes.tracking:  # only a store needs to hear of it
             self.unstored.add(name)
 
     def _arm_cron(self, cron: Cron) -> None:

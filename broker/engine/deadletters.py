@@ -102,7 +102,7 @@ class DeadLetterCommands:
         self.state.admit_queues((command.queue,))
         queue = self.state.queue(command.queue)
         queue.dlq_config = {**queue.dlq_config, **command.config}
-        self.state.changed_settings.add(queue.name)
+        self.state.changes.note_setting(queue.name)
         retries_changed = any(key in command.config for key in RETRY_KEYS)
         apply_dlq_config(self.state, queue, now, retries=retries_changed)
         event = {"queue": queue.name, "config": command.config}

@@ -97,7 +97,7 @@ class Flows:
         for dep in fields.dependsOn or ():
             if dep == node.id:
                 raise EngineError(f"flow job cannot depend on itself: {node.id}")
-            known = dep in self.state.jobs or dep in self.state.done_ids
+            known = dep in self.state.jobs or dep in self.state.deps.done_ids
             if dep not in graph and not known:
                 raise EngineError(f"flow dependency not found: {dep}")
         parent_id = fields.parentId

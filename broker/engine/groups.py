@@ -72,9 +72,9 @@ class Groups:
             queue.group_settings[command.groupId] = settings
         else:
             queue.group_settings.pop(command.groupId, None)
-        self.state.changed_settings.add(queue.name)
+        self.state.changes.note_setting(queue.name)
         self.state.note_emptied(queue)  # its last setting undone, it may hold nothing
-        self.state.dirty_queues.add(queue)  # a lifted limit may serve parked pulls
+        self.state.changes.note_dirty(queue)  # a lifted limit may serve parked pulls
         return before != value
 
     def set_group_concurrency(

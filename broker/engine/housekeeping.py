@@ -35,6 +35,7 @@ import msgspec
 
 from store import Record
 
+from .changes import ChangeLog
 from .ids import uuid7
 
 PURGE = "purge"
@@ -141,3 +142,69 @@ class Graveyard:
             budget -= taken
             if not lot:
                 lots.pop()
+
+
+class Upkeep:
+    """Housekeeping's own state: what to compact after the pass (`untidy`), objects to let go
+    of in slices (`graveyard`), and large removals whose rows are deleted in slices (`purges`,
+    through the change log). Slice sizes are passed in by the caller."""
+
+    def __init__(self, changes: ChangeLog) -> None:
+        self._changes = changes
+        # The containers are emptied in place, never replaced (EngineState shows them).
+        self.untidy: set[Any] = set()
+        self.graveyard = Graveyard()
+        self.purges: list[Purge] = []
+        # The recorders, as bound methods: called on hot paths without a second call.
+        self.note_untidy = self.untidy.add
+        self.tidied = self.untidy.discard
+        self.bury = self.graveyard.bury
+
+    def due(self) -> bool:
+        """Whether work is left for `run` (the actor then runs passes without sleeping)."""
+        return bool(self.purges or self.graveyard.lots or self.untidy)
+
+    def purge_later(self, jobs: list[Any], slice_size: int) -> None:
+        """After a bulk removal of `jobs` (already forgotten): let go of them in slices and,
+        when there are more than `slice_size` and a store, delete their rows in slices as a
+        Purge (its tombstone is committed with this pass)."""
+        self.graveyard.bury(jobs)
+        changes = self._changes
+        if not changes.tracking or len(jobs) <= slice_size:
+            return
+        ids = [job.id for job in jobs]
+        changes.keep_rows(ids)
+        purge = Purge.new(ids)
+        self.purges.append(purge)
+        changes.add_record(purge.tombstone())
+
+    def finish_purges_of(self, job_id: str) -> None:
+        """A job is pushed under an id a purge has yet to delete from the store: finish that
+        purge in this pass, so its tombstone cannot delete the new job at a restart (the new
+        row is written, not deleted: ChangeLog.take_changes)."""
+        for purge in [purge for purge in self.purges if job_id in purge.pending]:
+            self.advance(purge, len(purge.ids))
+
+    def advance(self, purge: Purge, budget: int) -> int:
+        """Delete up to `budget` of a purge's rows; the last slice ends it. Returns rows taken."""
+        chunk = purge.next_slice(budget)
+        self._changes.delete_rows(chunk)
+        if not purge.ids:
+            self.purges.remove(purge)
+            self._changes.add_record((PURGE, purge.key))
+        return len(chunk)
+
+    def run(self, compact_one: Callable[[Any], None], purge_slice: int, drop_slice: int) -> None:
+        """One pass's share: compact what removals left mostly stale (with `compact_one`),
+        advance the purges by one slice, let go of one slice of the graveyard."""
+        untidy = self.untidy
+        while untidy:
+            compact_one(untidy.pop())
+        budget = purge_slice
+        while self.purges and budget > 0:
+            budget -= self.advance(self.purges[0], budget)
+        self.graveyard.drop_slice(drop_slice)
+
+    def resume(self, purges: list[Purge]) -> None:
+        """Large removals the broker stopped in the middle of go on."""
+        self.purges.extend(purges)

@@ -218,7 +218,7 @@ class JobCommands:
         """Every dependency is a job the broker holds, one that completed (even if it was
         removed since), or a job of the same batch."""
         jobs = self.state.jobs
-        done = self.state.done_ids
+        done = self.state.deps.done_ids
         for dep_id in depends_on:
             if dep_id not in jobs and dep_id not in batch_ids and dep_id not in done:
                 raise errors.dependency_missing(dep_id)
@@ -272,7 +272,7 @@ class JobCommands:
         jobs = state.jobs
         waiting = any(
             dep_id in jobs and jobs[dep_id].state == WAITING_CHILDREN
-            for dep_id in state.dependents.get(held.id, ())
+            for dep_id in state.deps.dependents.get(held.id, ())
         )
         if waiting or named(held.id):
             raise errors.replace_blocked(held.id)

@@ -276,7 +276,7 @@ class Lifecycle:
         """WaitJob: answer when the job completes (or fails), or after `timeout` ms. A job
         that completed and was forgotten since (removed on completion, or by retention) is
         still known to have completed; its result is not kept."""
-        if command.id in self.state.done_ids:  # (an id pushed again leaves done_ids: state.py)
+        if command.id in self.state.deps.done_ids:  # (an id pushed again leaves done_ids: state.py)
             return {"ok": True, "completed": True, "result": None}
         job = self._job(command.id, "Job not found")
         if job.state in (COMPLETED, FAILED):
@@ -291,13 +291,12 @@ class Lifecycle:
 
     def answer_job_waiters(self) -> None:
         """Answer WaitJob requests of the jobs that finished in this pass."""
-        finished = self.state.finished
+        observers = self.state.observers
         if not self.job_waiters:  # nobody waits (a drain may have finished a million jobs)
-            finished.clear()
+            observers.drop_finished()
             return
-        done = self.state.done_ids
-        while finished:
-            job = finished.pop()
+        done = self.state.deps.done_ids
+        for job in reversed(observers.take_finished()):
             for session, req_id in self.job_waiters.pop(job.id, ()):
                 session.stage_reply(finished_reply(job, done), req_id)
                 self._wait_ended(session)

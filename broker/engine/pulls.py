@@ -175,9 +175,14 @@ class Pulls:
                     break
             if not popped:
                 break
-            tokens += self.state.claim_many(
-                queue, popped, now, command.owner, command.lockTtl, holder
-            )
+            if len(popped) == 1:  # a PULL: the one-job form (one call less)
+                tokens.append(
+                    self.state.claim(popped[0], now, command.owner, command.lockTtl, holder)
+                )
+            else:
+                tokens += self.state.claim_many(
+                    queue, popped, now, command.owner, command.lockTtl, holder
+                )
             jobs += popped
             if popped[-1].opts.repeat is None:
                 break  # the count is reached, or the heap is empty

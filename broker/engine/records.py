@@ -197,9 +197,7 @@ class RowLoader:
             self._template = (job.opts, job.state, job.last_heartbeat, job.timeline)
 
 
-_RARE_AT = tuple(
-    (index + 2, RARE[name]) for index, name in enumerate(PERSISTED) if name in RARE
-)
+_RARE_AT = tuple((index + 2, RARE[name]) for index, name in enumerate(PERSISTED) if name in RARE)
 
 
 def _may_be_template(body: list[Any], job: Job) -> bool:
@@ -280,8 +278,10 @@ def _job_builder() -> Callable[[list[Any]], Job]:
             if RARE[name] is None:
                 lines.append("    if value is not None:")
             else:  # the same value of another type (0.0 for 0) is kept: clients see the type
-                lines.append(f"    if value is not _rare[{name!r}] and not (type(value) is "
-                             f"type(_rare[{name!r}]) and value == _rare[{name!r}]):")
+                lines.append(
+                    f"    if value is not _rare[{name!r}] and not (type(value) is "
+                    f"type(_rare[{name!r}]) and value == _rare[{name!r}]):"
+                )
             lines.append(f"        job.{name} = value")
         else:
             lines.append(f"    job.{name} = {at[name]}")

@@ -78,7 +78,7 @@ class QueueSettings:
 
     def _changed(self, queue: QueueState) -> None:
         """A setting of `queue` changed: store it; one undone may leave the queue idle."""
-        self.state.changed_settings.add(queue.name)
+        self.state.changes.note_setting(queue.name)
         self.state.note_emptied(queue)
 
     def pause(self, session: ReplySink, command: cmd.Pause, now: float) -> Reply:
@@ -96,7 +96,7 @@ class QueueSettings:
         if queue is not None:
             queue.paused = False
             self._changed(queue)
-            self.state.dirty_queues.add(queue)
+            self.state.changes.note_dirty(queue)
         self.state.announce("queue:resumed", {"queue": command.queue})
         return {"ok": True}
 
@@ -124,7 +124,7 @@ class QueueSettings:
         if queue is not None:
             queue.rate_limit = None
             self._changed(queue)
-            self.state.dirty_queues.add(queue)
+            self.state.changes.note_dirty(queue)
         self.state.announce("ratelimit:cleared", {"queue": command.queue})
         return {"ok": True}
 
@@ -133,7 +133,7 @@ class QueueSettings:
         queue = self._settable(command.queue)
         queue.concurrency = command.limit
         self._changed(queue)
-        self.state.dirty_queues.add(queue)
+        self.state.changes.note_dirty(queue)
         event = {"queue": queue.name, "concurrency": command.limit}
         self.state.announce("concurrency:set", event)
         return {"ok": True}
@@ -146,7 +146,7 @@ class QueueSettings:
         if queue is not None:
             queue.concurrency = None
             self._changed(queue)
-            self.state.dirty_queues.add(queue)
+            self.state.changes.note_dirty(queue)
         self.state.announce("concurrency:cleared", {"queue": command.queue})
         return {"ok": True}
 
@@ -197,17 +197,16 @@ class QueueSettings:
             return cmd.dlq_config_of(stored)
         except CommandError as exc:
             log.warning("queue %s: stored DLQ settings %r ignored: %s", queue.name, stored, exc)
-            self.state.changed_settings.add(queue.name)
+            self.state.changes.note_setting(queue.name)
             return {}
 
     def take_writes(self) -> tuple[list[Record], list[tuple[str, str]]]:
         """Queue settings to write or delete since the last commit."""
         writes, deletes = [], []
-        for name in self.state.changed_settings:
+        for name in self.state.changes.take_settings():
             queue = self.state.queues.get(name)
             if queue is None or not queue.configured():  # nothing to keep: no record
                 deletes.append((QUEUE, name))
             else:
                 writes.append(settings_record(queue))
-        self.state.changed_settings.clear()
         return writes, deletes

@@ -101,8 +101,9 @@ class App:
         config = self.config
         metrics = Metrics(actor.engine.state, lambda: len(tcp.connections), role)
         # The histograms' `record`, a list's append: the engine calls them for every job.
-        actor.engine.state.on_start = metrics.push_to_start.record
-        actor.engine.state.on_complete = metrics.processing.record
+        actor.engine.state.observers.watch_latency(
+            metrics.push_to_start.record, metrics.processing.record
+        )
         actor.on_pass = metrics.after_pass
         engine = actor.engine
         metrics.add_reference(engine, actor.clock.now_ms, getattr(actor.store, "path", None))

@@ -43,7 +43,7 @@ class EngineCollector(Collector):
         yield depth
         for key in ("pushed", "pulled", "completed", "failed"):
             total = CounterMetricFamily(f"trioq_jobs_{key}", f"Jobs {key} since start")
-            total.add_metric([], self.state.totals[key])
+            total.add_metric([], self.state.observers.totals[key])
             yield total
         gauge = GaugeMetricFamily("trioq_connections", "Open client connections")
         gauge.add_metric([], self.connections())

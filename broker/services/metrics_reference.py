@@ -81,7 +81,7 @@ class ReferenceCollector(Collector):
         for suffix, state, text in JOB_GAUGES:
             yield gauge(f"bunqueue_jobs_{suffix}", text, totals[state])
         for key in TOTALS:
-            count = self.engine.state.totals[key]
+            count = self.engine.state.observers.totals[key]
             yield counter(f"bunqueue_jobs_{key}", f"Total jobs {key}", count)
         uptime = whole_seconds(self.now_ms() - self.engine.started_ms)
         yield gauge("bunqueue_uptime_seconds", "Server uptime in seconds", uptime)
