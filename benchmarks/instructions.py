@@ -32,20 +32,35 @@ PULL_BATCH = 100
 """Jobs per PULLB (and ids per ACKB) in the batch scenario, as the loadgen's PULLB row."""
 
 
+def _has(relative: str) -> bool:
+    """Whether the tree the `broker` package was imported from has `relative` under broker/.
+    (Asked of the files, not of the import system: the venv's editable install would find a
+    module the tree lacks in the checkout it was installed from.)"""
+    import broker
+
+    return os.path.exists(os.path.join(broker.__path__[0], relative))
+
+
 def load_broker() -> Any:
     """Import the broker's composition (what a broker process has loaded) from the tree on
     sys.path; returns its module of `App` and its config module. A tree from before issue 32
     has them at the top of broker/, a newer one in broker/node/."""
     import importlib
 
-    try:
-        return importlib.import_module("broker.node.app"), importlib.import_module(
-            "broker.node.config"
-        )
-    except ModuleNotFoundError as exc:
-        if exc.name != "broker.node":  # a tree of the new layout that fails to import
-            raise
-        return importlib.import_module("broker.app"), importlib.import_module("broker.config")
+    package = "broker.node" if _has("node") else "broker"
+    return importlib.import_module(f"{package}.app"), importlib.import_module(f"{package}.config")
+
+
+def engine_module(path: str) -> Any:
+    """Import the engine module at `path` under broker/engine/ (such as "runtime.actor") from
+    the tree on sys.path. Before issue 32 the engine's modules sat at the top of broker/engine/,
+    and the EngineState module was `state`."""
+    import importlib
+
+    if _has(os.path.join("engine", path.replace(".", os.sep) + ".py")):
+        return importlib.import_module(f"broker.engine.{path}")
+    old = {"state.engine_state": "state"}.get(path, path.rpartition(".")[2])
+    return importlib.import_module(f"broker.engine.{old}")
 
 
 def workload(root: str, count: int, phases: list[str], sqlite_dir: str | None = None) -> None:
@@ -62,8 +77,10 @@ def workload(root: str, count: int, phases: list[str], sqlite_dir: str | None = 
 
     load_broker()  # everything a broker process has loaded (same heap for GC)
     from broker.clock import Clock
-    from broker.engine.actor import Batch, EngineActor
     from broker.engine.core import Engine
+
+    actor_module = engine_module("runtime.actor")
+    Batch, EngineActor = actor_module.Batch, actor_module.EngineActor
     from broker.server.frontdoor import InFlight
     from broker.server.session import Session
     from protocol import decode_command

@@ -50,7 +50,7 @@ import sys
 import tempfile
 from typing import Any
 
-from benchmarks.instructions import load_broker
+from benchmarks.instructions import engine_module, load_broker
 
 SCENARIOS = ("count", "push", "pull", "ack", "pullb", "ackb", "mixed")
 SDK_KINDS = ("pushb", "spullb", "sackb", "jhb")
@@ -112,14 +112,16 @@ def workload(
 
     app_module, config_module = load_broker()  # as a broker process has loaded (same heap)
     from broker.clock import Clock
-    from broker.engine.actor import Batch, EngineActor
     from broker.engine.core import Engine
-    from broker.engine.state import EngineState
     from broker.server.frontdoor import InFlight
     from broker.server.session import Session
     from broker.server.tcp import Connection
     from protocol import commands, decode_command
     from store.sqlite import SqliteStore
+
+    actor_module = engine_module("runtime.actor")
+    Batch, EngineActor = actor_module.Batch, actor_module.EngineActor
+    EngineState = engine_module("state.engine_state").EngineState
 
     toggle = ctypes.CDLL(helper)
     replies: list[dict[str, Any]] = []

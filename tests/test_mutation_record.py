@@ -119,8 +119,12 @@ def test_pending_lists_what_a_run_would_test(tmp_path: Path, record: Path) -> No
 @pytest.mark.parametrize(
     ("mutant", "nodeid", "limit"),
     [
-        ("broker.engine.pulls.x_answer__mutmut_5", "tests/engine/test_x.py::t", 30.0),
-        ("broker.engine.pulls.x_answer__mutmut_5", "tests/model/test_engine_model.py::t", 60.0),
+        ("broker.engine.components.pulls.x_answer__mutmut_5", "tests/engine/test_x.py::t", 30.0),
+        (
+            "broker.engine.components.pulls.x_answer__mutmut_5",
+            "tests/model/test_engine_model.py::t",
+            60.0,
+        ),
         ("", "tests/engine/test_x.py::t", 60.0),  # mutmut's clean run
         (None, "tests/engine/test_x.py::t", 60.0),  # make test
     ],

@@ -18,30 +18,29 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from broker.engine.components.admin import QueueAdmin
+from broker.engine.components.crons import CRON, CronScheduler
+from broker.engine.components.dashboard import Dashboard
+from broker.engine.components.deadletters import DeadLetterCommands
+from broker.engine.components.dedup import DedupKeys
+from broker.engine.components.flows import Flows
+from broker.engine.components.groups import Groups
+from broker.engine.components.info import BrokerInfo
+from broker.engine.components.jobs import JobCommands
+from broker.engine.components.lifecycle import Lifecycle
+from broker.engine.components.pulls import Pulls
+from broker.engine.components.settings import QueueSettings
+from broker.engine.components.webhooks import WebhookRegistry
+from broker.engine.components.workers import WorkerRegistry
+from broker.engine.errors import EngineError
+from broker.engine.routing import AnyHandler, Command, Reply, Routes
+from broker.engine.rules.deadlines import GROUP_WAKE, WAIT_JOB, fire_timers
+from broker.engine.runtime.bulk import BulkRunner
+from broker.engine.runtime.sink import ReplySink
+from broker.engine.runtime.stored import StoresRecords, WorkInProgress
+from broker.engine.state.engine_state import EngineState
 from protocol import CommandError
 from protocol import commands as cmd
-
-from .admin import QueueAdmin
-from .bulk import BulkRunner
-from .crons import CRON, CronScheduler
-from .dashboard import Dashboard
-from .deadletters import DeadLetterCommands
-from .deadlines import GROUP_WAKE, WAIT_JOB, fire_timers
-from .dedup import DedupKeys
-from .errors import EngineError
-from .flows import Flows
-from .groups import Groups
-from .info import BrokerInfo
-from .jobs import JobCommands
-from .lifecycle import Lifecycle
-from .pulls import Pulls
-from .routing import AnyHandler, Command, Reply, Routes
-from .settings import QueueSettings
-from .sink import ReplySink
-from .state import EngineState
-from .stored import StoresRecords, WorkInProgress
-from .webhooks import WebhookRegistry
-from .workers import WorkerRegistry
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import h11
 import trio
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from ..engine.actor import EngineActor
+from ..engine.runtime.actor import EngineActor
 from .backend import EngineBackend
 from .handlers import HandlerRegistry
 from .server import build_server

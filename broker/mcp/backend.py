@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from protocol import Rejected
 
-from ..engine.actor import EngineActor
+from ..engine.runtime.actor import EngineActor
 from ..server.jsonwire import command_from, reply_json
 from ..server.slots import call
 

@@ -20,7 +20,7 @@ import attrs
 import httpcore
 import trio
 
-from ..engine.webhook_policy import refused_target
+from ..engine.rules.webhook_policy import refused_target
 from ..services.webhook_targets import GuardedBackend
 
 log = logging.getLogger(__name__)

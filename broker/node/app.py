@@ -23,9 +23,9 @@ import trio
 from store import Store, StoreError, open_postgres, open_sqlite
 
 from ..clock import Clock
-from ..engine.actor import EngineActor
 from ..engine.core import Engine
-from ..engine.state import EngineState
+from ..engine.runtime.actor import EngineActor
+from ..engine.state.engine_state import EngineState
 from ..server.http import HttpServer
 from ..server.tcp import TcpServer
 from ..server.unsent import MIB, UnsentBytes

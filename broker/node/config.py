@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from broker.engine.queues import MAX_QUEUES
+from broker.engine.state.queues import MAX_QUEUES
 
 DB_FILE = "trioq.db"
 ENV_PREFIX = "TRIOQ_"

@@ -34,9 +34,9 @@ from store import LeaseLost, StoreUnavailable
 from store.postgres import Lease, PostgresStore
 
 from ..clock import Clock
-from ..engine.actor import EngineActor
 from ..engine.core import Engine
-from ..engine.state import EngineState
+from ..engine.runtime.actor import EngineActor
+from ..engine.state.engine_state import EngineState
 from ..server.http import HttpServer
 from ..server.tcp import TcpServer
 from ..server.unsent import UnsentBytes

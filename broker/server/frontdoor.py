@@ -33,7 +33,7 @@ from store import StoreError
 
 from .. import __version__
 from ..engine.errors import INVALID_TOKEN, NOT_AUTHENTICATED
-from ..engine.sink import Reply
+from ..engine.runtime.sink import Reply
 from ..events import invalid_patterns
 from .guards import AuthThrottle
 
@@ -232,7 +232,7 @@ def contain_failures(what: str, peer_gone: tuple[type[BaseException], ...]) -> I
     """Serve one connection inside this: its unexpected error is logged (once, with its
     traceback) and ends that connection only. An error in `peer_gone` (the client left or
     broke the protocol) ends it silently. A store failure is not contained: the broker stops
-    (fail-stop, see CommitPipeline in engine/commits.py)."""
+    (fail-stop, see CommitPipeline in engine/runtime/commits.py)."""
     try:
         yield
     except* StoreError:

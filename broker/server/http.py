@@ -34,7 +34,7 @@ from store import MemoryStore, StoreError
 from store.postgres import PostgresStore
 
 from .. import __version__
-from ..engine.actor import LOADING, EngineActor
+from ..engine.runtime.actor import LOADING, EngineActor
 from ..events import EVENT_NAMES
 from ..mcp.asgi import PATH as MCP_PATH
 from ..mcp.asgi import McpEndpoint
@@ -248,7 +248,8 @@ class HttpServer:
         try:
             return await self.respond(request, body)
         except StoreError:
-            raise  # not this request's fault: the broker stops (fail-stop, engine/commits.py)
+            # Not this request's fault: the broker stops (fail-stop, engine/runtime/commits.py).
+            raise
         except Exception:
             log.exception("HTTP request %s %r failed", request.method, request.target)
             return error(500, "Internal server error")

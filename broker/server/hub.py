@@ -28,7 +28,7 @@ import outcome
 import trio
 
 if TYPE_CHECKING:
-    from ..engine.actor import Batch, EngineActor
+    from ..engine.runtime.actor import Batch, EngineActor
     from .session import Session
 
 log = logging.getLogger(__name__)

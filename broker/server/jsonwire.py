@@ -28,7 +28,7 @@ import msgspec
 
 from protocol import Rejected, decode_command
 
-from ..engine.wireform import wire_parts
+from ..engine.state.wireform import wire_parts
 
 log = logging.getLogger(__name__)
 

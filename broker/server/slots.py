@@ -11,8 +11,8 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from ..engine.actor import Batch, Disconnect, EngineActor
-from ..engine.sink import Reply, ReplySink
+from ..engine.runtime.actor import Batch, Disconnect, EngineActor
+from ..engine.runtime.sink import Reply, ReplySink
 from .frontdoor import InFlight
 from .session import Session
 from .unsent import UnsentBytes

@@ -24,7 +24,7 @@ import trio
 from protocol import MAX_FRAME_SIZE, FrameDecoder, FrameTooLarge, decode_command, encode, frame
 from protocol import commands as cmd
 
-from ..engine.actor import Batch, EngineActor
+from ..engine.runtime.actor import Batch, EngineActor
 from ..events import (
     DROPPED_SLOW,
     SUBSCRIBER_BUFFER,

@@ -23,8 +23,8 @@ from typing import Any
 import trio
 import trio_websocket
 
-from ..engine.actor import Batch, EngineActor
-from ..engine.sink import Reply
+from ..engine.runtime.actor import Batch, EngineActor
+from ..engine.runtime.sink import Reply
 from ..events import DROPPED_SLOW, SUBSCRIBER_BUFFER, DirectSubscription, invalid_patterns
 from .frontdoor import FrontDoor, bearer_authorized
 from .jsonwire import (

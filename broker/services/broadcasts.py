@@ -15,9 +15,9 @@ from typing import Any
 
 import trio
 
+from ..engine.components.workers import WORKER_TIMEOUT_MS
 from ..engine.core import Engine
-from ..engine.model import ACTIVE, COMPLETED, DELAYED, FAILED, PRIORITIZED, WAITING
-from ..engine.workers import WORKER_TIMEOUT_MS
+from ..engine.state.model import ACTIVE, COMPLETED, DELAYED, FAILED, PRIORITIZED, WAITING
 from ..events import EventBus
 from .metrics_reference import resident_bytes
 

@@ -25,8 +25,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import __version__
-from ..engine.model import ACTIVE, COMPLETED, DELAYED, FAILED, PRIORITIZED, WAITING
-from ..engine.workers import WORKER_TIMEOUT_MS
+from ..engine.components.workers import WORKER_TIMEOUT_MS
+from ..engine.state.model import ACTIVE, COMPLETED, DELAYED, FAILED, PRIORITIZED, WAITING
 
 MAX_QUEUE_SERIES = 100
 """Queues with labelled `bunqueue_queue_jobs_*` series, first by name (the reference's

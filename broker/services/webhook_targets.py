@@ -11,7 +11,7 @@ A webhook target must be a globally routable address unless the operator passes
   that changed since), and the connection goes to the very address that was checked, so a
   second lookup cannot answer differently (DNS rebinding). Redirects are never followed.
 
-The rule over addresses is the engine's (engine/webhook_policy.py, no I/O); this module is the
+The rule over addresses is the engine's (engine/rules/webhook_policy.py, no I/O); this module is the
 delivery half: resolving, and connecting only to the addresses checked.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import httpcore
 import trio
 
-from ..engine.webhook_policy import address_kind, refused_target
+from ..engine.rules.webhook_policy import address_kind, refused_target
 
 __all__ = ["GuardedBackend", "RefusedTarget", "Resolver", "refused_target", "resolve"]
 

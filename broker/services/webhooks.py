@@ -1,11 +1,11 @@
 """Webhook delivery: job events POSTed as JSON, signed, retried, never blocking the engine.
 
-The engine owns the registry (engine/webhooks.py: AddWebhook, RemoveWebhook, ListWebhooks,
-SetWebhookEnabled; stored as records, with the delivery counts). The dispatcher listens on the
-event bus after each commit, queues a delivery per matching webhook in a bounded buffer, and
-worker tasks POST them with an HMAC-SHA256 signature of the body when the webhook has a secret,
-retrying with growing pauses. Each outcome (a full buffer drops the delivery: a failure) goes
-back to the registry through the actor (`report`, normally `EngineActor.submit`): the counts
+The engine owns the registry (engine/components/webhooks.py: AddWebhook, RemoveWebhook,
+ListWebhooks, SetWebhookEnabled; stored as records, with the delivery counts). The dispatcher
+listens on the event bus after each commit, queues a delivery per matching webhook in a bounded
+buffer, and worker tasks POST them with an HMAC-SHA256 signature of the body when the webhook has a
+secret, retrying with growing pauses. Each outcome (a full buffer drops the delivery: a failure)
+goes back to the registry through the actor (`report`, normally `EngineActor.submit`): the counts
 change only inside the actor.
 
 Targets that are not globally routable are refused unless the operator allows private
@@ -26,7 +26,7 @@ import httpcore
 import msgspec
 import trio
 
-from ..engine.webhooks import Delivered, Webhook, WebhookRegistry
+from ..engine.components.webhooks import Delivered, Webhook, WebhookRegistry
 from .webhook_targets import GuardedBackend, RefusedTarget, Resolver, resolve
 
 # Named as before the move to broker/services/: operators filter and alert on it.

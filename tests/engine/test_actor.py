@@ -9,8 +9,8 @@ import trio
 import trio.testing
 
 from broker.clock import Clock
-from broker.engine.actor import INBOX_SIZE, Batch, Disconnect, EngineActor
 from broker.engine.core import Engine
+from broker.engine.runtime.actor import INBOX_SIZE, Batch, Disconnect, EngineActor
 from tests.support.actor import RecordingSession, command
 from tests.support.app import EPOCH_MS
 

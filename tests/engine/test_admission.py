@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.engine.admission import find_cycle
+from broker.engine.rules.admission import find_cycle
 
 
 def test_a_cycle_is_found_after_roots_already_explored() -> None:

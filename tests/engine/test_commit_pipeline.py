@@ -1,5 +1,5 @@
-"""The commit pipeline (broker/engine/commits.py): a pass's replies wait for its commit, a pass
-the database could not take is retried until it is stored whole, and a pass that changed only
+"""The commit pipeline (broker/engine/runtime/commits.py): a pass's replies wait for its commit,
+a pass the database could not take is retried until it is stored whole, and a pass that changed only
 records (settings, crons, webhooks, a large command's parts) is stored too."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import msgspec
 import pytest
 
 from broker.clock import Clock
-from broker.engine import startup
-from broker.engine.commits import CommitPipeline
 from broker.engine.core import Engine
-from broker.engine.fanout import Fanout
+from broker.engine.runtime import startup
+from broker.engine.runtime.commits import CommitPipeline
+from broker.engine.runtime.fanout import Fanout
 from broker.events import EventBus
 from protocol import decode_command
 from protocol.bulk import SLICED_ITEMS

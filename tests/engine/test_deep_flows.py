@@ -14,8 +14,8 @@ import msgspec
 import pytest
 
 from broker.engine.core import Engine
-from broker.engine.records import job_from_row, job_to_row
-from broker.engine.state import EngineState
+from broker.engine.state.engine_state import EngineState
+from broker.engine.state.records import job_from_row, job_to_row
 from protocol import decode_command
 
 DEPTH = 100_000

@@ -13,8 +13,8 @@ import trio
 import trio.testing
 
 from broker.clock import Clock
-from broker.engine.actor import Batch, EngineActor
 from broker.engine.core import Engine
+from broker.engine.runtime.actor import Batch, EngineActor
 from broker.node.app import App
 from broker.node.config import Config
 from store import LeaseLost, StoreError

@@ -14,11 +14,11 @@ import trio
 import trio.testing
 
 from broker.clock import Clock
-from broker.engine import actor as actor_module
-from broker.engine import state as state_module
-from broker.engine.housekeeping import DROP_SLICE, PURGE, Graveyard, Purge, worth_compacting
-from broker.engine.model import Job
-from broker.engine.records import job_to_row
+from broker.engine.rules.housekeeping import DROP_SLICE, PURGE, Graveyard, Purge, worth_compacting
+from broker.engine.runtime import actor as actor_module
+from broker.engine.state import engine_state as state_module
+from broker.engine.state.model import Job
+from broker.engine.state.records import job_to_row
 from broker.node.app import App
 from broker.node.config import Config
 from store import JobRow, MemoryStore, Record, StoreError, open_sqlite
@@ -297,7 +297,7 @@ async def test_a_job_pushed_again_during_a_purge_survives_a_restart(
 
 
 async def test_get_jobs_returns_at_most_one_page(client: FrameClient) -> None:
-    from broker.engine.admin import MAX_PAGE
+    from broker.engine.components.admin import MAX_PAGE
 
     await push_many(client, MAX_PAGE + 5)
     reply = await client.call("GetJobs", queue="q", state=["waiting"], limit=10**12)
@@ -307,7 +307,7 @@ async def test_get_jobs_returns_at_most_one_page(client: FrameClient) -> None:
 
 
 async def test_dlq_lists_at_most_one_page(client: FrameClient) -> None:
-    from broker.engine.admin import MAX_PAGE
+    from broker.engine.components.admin import MAX_PAGE
 
     await push_many(client, MAX_PAGE + 5, maxAttempts=1)
     for _ in range((MAX_PAGE + 5) // 500 + 1):
@@ -373,8 +373,8 @@ def test_restore_yields_after_every_slice_of_jobs(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_restore_is_a_step_of_start_up_not_of_the_constructor() -> None:
-    from broker.engine.actor import EngineActor
     from broker.engine.core import Engine
+    from broker.engine.runtime.actor import EngineActor
 
     store = MemoryStore()
     store.rows["j"] = stored_job("j")
@@ -428,7 +428,7 @@ def test_restored_jobs_are_as_compact_as_pushed_ones() -> None:
     # Loading a million jobs took 1,973 MiB against 1,026 for the same jobs pushed live: a
     # restored job held lists (and its own copy of its queue's name) where a pushed one holds
     # tuples (the empty one shared) and shared strings.
-    from broker.engine.records import job_from_row
+    from broker.engine.state.records import job_from_row
 
     live = [
         Job(id=f"j{n}", queue="queue", name="mail", data=b"\x80", created_at=EPOCH_MS,
@@ -456,7 +456,7 @@ async def test_drain_of_mixed_jobs_settles_counts_and_keys(client: FrameClient) 
 def test_an_older_shorter_row_still_loads_with_defaults() -> None:
     import msgspec
 
-    from broker.engine.records import PERSISTED, job_from_row
+    from broker.engine.state.records import PERSISTED, job_from_row
 
     job = Job(id="old", queue="q", name="n", data=b"\x80", created_at=EPOCH_MS, run_at=EPOCH_MS)
     full = msgspec.msgpack.decode(job_to_row(job).body)

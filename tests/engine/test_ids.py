@@ -5,8 +5,8 @@ import uuid
 
 import pytest
 
-from broker.engine import ids as generator
-from broker.engine.ids import uuid7, uuid7s
+from broker.engine.state import ids as generator
+from broker.engine.state.ids import uuid7, uuid7s
 
 
 @pytest.fixture

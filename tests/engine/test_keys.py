@@ -1,11 +1,11 @@
 """uniqueKey with dedup {ttl, extend, replace} (a replace refused while live jobs depend on the
-job), debounce, and the dedup key commands (rules in broker/engine/keys.py)."""
+job), debounce, and the dedup key commands (rules in broker/engine/state/keys.py)."""
 
 from __future__ import annotations
 
 import trio
 
-from broker.engine.keys import DEBOUNCE, UNIQUE, KeyRegistry
+from broker.engine.state.keys import DEBOUNCE, UNIQUE, KeyRegistry
 from broker.node.app import App
 from tests.support.app import Broker
 from tests.support.client import FrameClient

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.engine.lifecycle import MAX_WAITS_PER_CONNECTION, TOO_MANY_WAITS
+from broker.engine.components.lifecycle import MAX_WAITS_PER_CONNECTION, TOO_MANY_WAITS
 from broker.node.app import App
 from store import open_sqlite
 from tests.support.app import Broker, Connect

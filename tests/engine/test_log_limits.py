@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.engine.lifecycle import MAX_LOG_BYTES
+from broker.engine.components.lifecycle import MAX_LOG_BYTES
 from protocol.values import MAX_LOG_LINE_BYTES
 from tests.support.client import FrameClient
 from tests.support.engine import push

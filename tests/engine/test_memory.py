@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from broker.engine import model, queues
 from broker.engine.core import Engine
+from broker.engine.state import model, queues
 from protocol import decode_command
 
 JOBS = 3000

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.engine import state as state_module
+from broker.engine.state import engine_state as state_module
 from tests.support.app import Connect
 from tests.support.client import FrameClient
 from tests.support.engine import pull_ids, push, state_of

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import trio
 
-from broker.engine import housekeeping
-from broker.engine import state as state_module
-from broker.engine.queues import SWEEP_DELAY_MS
-from broker.engine.state import EngineState
+from broker.engine.rules import housekeeping
+from broker.engine.state import engine_state as state_module
+from broker.engine.state.engine_state import EngineState
+from broker.engine.state.queues import SWEEP_DELAY_MS
 from broker.node.app import App
 from broker.node.config import Config
 from tests.support.app import Connect, memory_connector, start_app

@@ -6,9 +6,9 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from broker.engine import queues
-from broker.engine.model import DEFAULT_OPTIONS, Job, Options
-from broker.engine.queues import QueueState, Waiter
+from broker.engine.state import queues
+from broker.engine.state.model import DEFAULT_OPTIONS, Job, Options
+from broker.engine.state.queues import QueueState, Waiter
 
 
 def job(job_id: str, opts: Options = DEFAULT_OPTIONS, run_at: float = 0.0) -> Job:

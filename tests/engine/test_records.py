@@ -10,10 +10,10 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
-from broker.engine import records
 from broker.engine.core import Engine
-from broker.engine.model import OPTION_FIELDS, WAITING, Job
-from broker.engine.records import PERSISTED, RowLoader, job_from_row, job_to_row
+from broker.engine.state import records
+from broker.engine.state.model import OPTION_FIELDS, WAITING, Job
+from broker.engine.state.records import PERSISTED, RowLoader, job_from_row, job_to_row
 from protocol import decode_command
 from store import JobRow
 from tests.support.app import EPOCH_MS

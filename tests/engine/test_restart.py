@@ -13,10 +13,10 @@ import pytest
 import trio
 
 from broker.clock import Clock
-from broker.engine.actor import LOAD_SLICE, Batch, EngineActor
+from broker.engine.components.crons import Cron
 from broker.engine.core import Engine
-from broker.engine.crons import Cron
-from broker.engine.state import EngineState
+from broker.engine.runtime.actor import LOAD_SLICE, Batch, EngineActor
+from broker.engine.state.engine_state import EngineState
 from broker.node.app import App
 from broker.node.config import Config
 from protocol.bulk import SLICED_ITEMS

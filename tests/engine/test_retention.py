@@ -11,11 +11,11 @@ import pytest
 import trio
 
 from broker.clock import Clock
-from broker.engine import state as state_module
-from broker.engine.model import Job
-from broker.engine.retention import Retention, expire_retained, mark_finished
-from broker.engine.state import EngineState
-from broker.engine.timers import TimerWheel
+from broker.engine.rules.retention import Retention, expire_retained, mark_finished
+from broker.engine.state import engine_state as state_module
+from broker.engine.state.engine_state import EngineState
+from broker.engine.state.model import Job
+from broker.engine.state.timers import TimerWheel
 from broker.node.app import App
 from broker.node.config import Config
 from tests.support.app import EPOCH_MS, memory_connector

@@ -12,9 +12,9 @@ import trio
 import trio.testing
 
 from broker.clock import Clock
-from broker.engine.actor import Batch, EngineActor, Wake
 from broker.engine.core import Engine
-from broker.engine.inflight import InFlightCommit
+from broker.engine.runtime.actor import Batch, EngineActor, Wake
+from broker.engine.runtime.inflight import InFlightCommit
 from broker.node.app import App
 from broker.node.config import Config
 from store import LeaseLost

@@ -8,10 +8,10 @@ import logging
 import pytest
 import trio
 
-from broker.engine import deadlines
-from broker.engine.jobs import JobCommands
-from broker.engine.lifecycle import Lifecycle
-from broker.engine.pulls import Pulls
+from broker.engine.components.jobs import JobCommands
+from broker.engine.components.lifecycle import Lifecycle
+from broker.engine.components.pulls import Pulls
+from broker.engine.rules import deadlines
 from tests.support.client import FrameClient
 from tests.support.engine import push
 

@@ -3,7 +3,7 @@ the carried address is."""
 
 from __future__ import annotations
 
-from broker.engine.webhook_policy import refused_target
+from broker.engine.rules.webhook_policy import refused_target
 
 
 def test_nat64_and_teredo_forms_are_judged_by_the_ipv4_address_they_carry() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from broker.engine.components.webhooks import Delivered, Webhook, WebhookRegistry
 from broker.engine.errors import EngineError
-from broker.engine.webhooks import Delivered, Webhook, WebhookRegistry
 from protocol.webhooks import AddWebhook, ListWebhooks
 from tests.support.app import Broker
 from tests.support.client import FrameClient

@@ -6,9 +6,9 @@ import itertools
 
 import msgspec
 
-from broker.engine import wireform
-from broker.engine.model import FIELD_NAMES, TIMELINE_ENTRY, Job
-from broker.engine.wireform import wire_job, wire_jobs
+from broker.engine.state import wireform
+from broker.engine.state.model import FIELD_NAMES, TIMELINE_ENTRY, Job
+from broker.engine.state.wireform import wire_job, wire_jobs
 from tests.support.jobs import REFERENCE_JOB_KEYS
 
 WIRE_TO_MODEL = {
@@ -121,7 +121,7 @@ def test_options_the_engine_changes_in_place_are_encoded_as_they_are_now() -> No
 def test_the_pre_encoded_headers_are_messagepack_s_own() -> None:
     # The pieces a pulled job is spliced from are made once, at import; made again they must
     # still be the headers msgspec writes for maps, arrays and timeline entries of every size.
-    from broker.engine import wireform
+    from broker.engine.state import wireform
 
     encode = msgspec.msgpack.encode
     for size in (0, 1, 15, 16, 48, 0xFFFF):

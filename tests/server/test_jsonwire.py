@@ -7,8 +7,8 @@ import json
 
 import msgspec
 
-from broker.engine.model import Job
-from broker.engine.wireform import wire_job, wire_jobs
+from broker.engine.state.model import Job
+from broker.engine.state.wireform import wire_job, wire_jobs
 from broker.server.jsonwire import UNSHOWABLE, command_from, reply_json
 from protocol import Rejected
 

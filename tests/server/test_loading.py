@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from broker.clock import Clock
-from broker.engine.actor import LOADING, LOADING_HOLD_S, EngineActor
+from broker.engine.runtime.actor import LOADING, LOADING_HOLD_S, EngineActor
 from broker.node.app import App
 from broker.node.config import Config
 from store import open_postgres

@@ -13,7 +13,7 @@ import h11
 import pytest
 import trio
 
-from broker.engine.webhooks import Delivered, Webhook, WebhookRegistry
+from broker.engine.components.webhooks import Delivered, Webhook, WebhookRegistry
 from broker.node.config import Config
 from broker.services.webhooks import WebhookDispatcher
 from tests.support.app import Broker, memory_connector, start_app

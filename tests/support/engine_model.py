@@ -20,8 +20,8 @@ import trio
 import trio.testing
 
 from broker.clock import Clock
-from broker.engine.actor import Batch, Disconnect, EngineActor
 from broker.engine.core import Engine
+from broker.engine.runtime.actor import Batch, Disconnect, EngineActor
 from protocol import decode_command
 from store import MemoryStore, Store, open_sqlite
 from tests.support.app import EPOCH_MS

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from broker.engine.model import Job
-from broker.engine.records import job_to_row
+from broker.engine.state.model import Job
+from broker.engine.state.records import job_to_row
 from store import JobRow
 from tests.support.app import EPOCH_MS
 

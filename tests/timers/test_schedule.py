@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from broker.engine.schedule import (
+from broker.engine.rules.schedule import (
     ScheduleError,
     check_pattern,
     first_occurrence,
