@@ -5,7 +5,7 @@ Decoding a PUSHB of 200,000 jobs into checked items took 480 ms in one C call wi
 PUSHF therefore take their item arrays raw (`msgspec.Raw`: a slice of the frame, no copy) and
 read the array's header: up to SLICED_ITEMS items they decode and check them at once, as
 before; with more, the command is `large`, its items left raw, and the engine checks them a
-slice at a time (broker/engine/runtime/bulk.py), with the same rules and the same error texts
+slice at a time (broker/engine/components/bulk.py), with the same rules and the same error texts
 (`jobs[i]: ...`). Other commands pay nothing for it.
 """
 

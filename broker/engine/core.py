@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 
 from broker.engine.components.admin import QueueAdmin
+from broker.engine.components.bulk import BulkRunner
 from broker.engine.components.crons import CRON, CronScheduler
 from broker.engine.components.dashboard import Dashboard
 from broker.engine.components.deadletters import DeadLetterCommands
@@ -35,9 +36,8 @@ from broker.engine.components.workers import WorkerRegistry
 from broker.engine.errors import EngineError
 from broker.engine.routing import AnyHandler, Command, Reply, Routes
 from broker.engine.rules.deadlines import GROUP_WAKE, WAIT_JOB, fire_timers
-from broker.engine.runtime.bulk import BulkRunner
-from broker.engine.runtime.sink import ReplySink
 from broker.engine.runtime.stored import StoresRecords, WorkInProgress
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from protocol import CommandError
 from protocol import commands as cmd

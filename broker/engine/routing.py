@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar, cast
 
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 
 Reply = dict[str, object]
 

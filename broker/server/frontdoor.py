@@ -33,7 +33,7 @@ from store import StoreError
 
 from .. import __version__
 from ..engine.errors import INVALID_TOKEN, NOT_AUTHENTICATED
-from ..engine.runtime.sink import Reply
+from ..engine.sink import Reply
 from ..events import invalid_patterns
 from .guards import AuthThrottle
 

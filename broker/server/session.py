@@ -22,7 +22,7 @@ import trio
 
 from protocol import append_frame
 
-from ..engine.runtime.sink import Reply, ReplySink
+from ..engine.sink import Reply, ReplySink
 from .frontdoor import InFlight
 from .unsent import UnsentBytes
 

@@ -12,7 +12,7 @@ import attrs
 import trio
 
 from ..engine.runtime.actor import Batch, Disconnect, EngineActor
-from ..engine.runtime.sink import Reply, ReplySink
+from ..engine.sink import Reply, ReplySink
 from .frontdoor import InFlight
 from .session import Session
 from .unsent import UnsentBytes

@@ -24,7 +24,7 @@ import trio
 import trio_websocket
 
 from ..engine.runtime.actor import Batch, EngineActor
-from ..engine.runtime.sink import Reply
+from ..engine.sink import Reply
 from ..events import DROPPED_SLOW, SUBSCRIBER_BUFFER, DirectSubscription, invalid_patterns
 from .frontdoor import FrontDoor, bearer_authorized
 from .jsonwire import (

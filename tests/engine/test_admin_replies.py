@@ -10,8 +10,8 @@ import trio
 
 from broker.engine.components import admin
 from broker.engine.components.admin import rss_mib
-from broker.engine.components.telemetry import MAX_DATA_POINTS
 from broker.engine.core import Engine
+from broker.engine.state.telemetry import MAX_DATA_POINTS
 from protocol.admin import Prometheus
 from tests.support.app import Broker
 from tests.support.client import FrameClient

@@ -1,4 +1,4 @@
-"""Large commands worked through in slices (broker/engine/runtime/bulk.py): other connections are
+"""Large commands worked through in slices (broker/engine/components/bulk.py): other connections are
 served between the slices, the command stays all or nothing for its client, even across a
 stop or a failed commit, and its reply follows the commit of its last slice."""
 
@@ -15,10 +15,10 @@ import trio
 import trio.testing
 
 from broker.clock import Clock
+from broker.engine.components.bulk import BULK, BULK_AT, BULK_PART
 from broker.engine.components.bulk_jobs import AckBulk, FlowBulk, PushBulk
 from broker.engine.core import Engine
 from broker.engine.runtime.actor import Batch, Disconnect, EngineActor
-from broker.engine.runtime.bulk import BULK, BULK_AT, BULK_PART
 from broker.engine.state.engine_state import EngineState
 from protocol import decode_command
 from store import MemoryStore, Store, StoreError, open_sqlite

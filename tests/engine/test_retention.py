@@ -11,10 +11,10 @@ import pytest
 import trio
 
 from broker.clock import Clock
-from broker.engine.rules.retention import Retention, expire_retained, mark_finished
 from broker.engine.state import engine_state as state_module
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.model import Job
+from broker.engine.state.retention import Retention, expire_retained, mark_finished
 from broker.engine.state.timers import TimerWheel
 from broker.node.app import App
 from broker.node.config import Config

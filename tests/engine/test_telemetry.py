@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from broker.engine.components.telemetry import MINUTE_MS, MinuteCounts
+from broker.engine.state.telemetry import MINUTE_MS, MinuteCounts
 
 
 def counted(*times: float) -> list[int]:

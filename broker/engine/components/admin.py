@@ -13,6 +13,7 @@ import math
 import os
 from typing import Any
 
+from broker.engine.components.bulk import BulkRunner
 from broker.engine.components.bulk_queues import (
     CLEAN,
     DRAIN,
@@ -25,8 +26,7 @@ from broker.engine.components.info import BrokerInfo
 from broker.engine.components.pulls import Pulls
 from broker.engine.errors import EngineError
 from broker.engine.routing import Routes
-from broker.engine.runtime.bulk import BulkRunner
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.model import (
     ACTIVE,

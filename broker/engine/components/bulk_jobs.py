@@ -16,11 +16,11 @@ from typing import Any, Protocol
 import msgspec
 
 from broker.engine import errors
+from broker.engine.components.bulk import Bulk, Reply, encoded, raw_array, raw_values
 from broker.engine.errors import EngineError
 from broker.engine.rules.admission import check_group_room, check_id_reuse, check_repeat, find_cycle
 from broker.engine.rules.leases import active_job, is_late
-from broker.engine.runtime.bulk import Bulk, Reply, encoded, raw_array, raw_values
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.model import ACTIVE, Job, job_from_push
 from protocol import CommandError

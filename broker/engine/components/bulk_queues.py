@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from broker.engine.runtime.bulk import Bulk, BulkRunner, Reply, encoded, raw_array
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.components.bulk import Bulk, BulkRunner, Reply, encoded, raw_array
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.model import Job
 from broker.engine.state.queues import QueueState

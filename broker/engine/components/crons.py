@@ -21,7 +21,7 @@ import msgspec
 from broker.engine.errors import EngineError
 from broker.engine.routing import Routes
 from broker.engine.rules.schedule import ScheduleError, check_pattern, next_every, next_fire, zone
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.ids import uuid7
 from broker.engine.state.keys import UNIQUE

@@ -13,7 +13,7 @@ from broker.engine.components.crons import CronScheduler
 from broker.engine.components.jobs import JobCommands
 from broker.engine.components.workers import WorkerRegistry
 from broker.engine.routing import Routes
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.model import ACTIVE, FAILED
 from protocol import groups as cmd

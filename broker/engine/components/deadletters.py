@@ -11,13 +11,13 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+from broker.engine.components.bulk import BulkRunner
 from broker.engine.components.bulk_queues import PURGE_DLQ, RETRY_DLQ, start_sweep
 from broker.engine.components.pulls import Pulls
 from broker.engine.routing import Routes
 from broker.engine.rules.deadlines import dlq_reason
 from broker.engine.rules.dlq import RETRY_KEYS, apply_dlq_config, auto_retry_due, dlq_config
-from broker.engine.runtime.bulk import BulkRunner
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.model import FAILED, Job
 from broker.engine.state.queues import QueueState

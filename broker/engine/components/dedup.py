@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.engine.routing import Routes
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.keys import UNIQUE
 from protocol import groups as cmd

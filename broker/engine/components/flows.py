@@ -18,13 +18,13 @@ from typing import Any
 
 import msgspec
 
+from broker.engine.components.bulk import BulkRunner
 from broker.engine.components.bulk_jobs import FlowBulk
 from broker.engine.errors import EngineError, self_dependency
 from broker.engine.routing import Routes
 from broker.engine.rules.admission import check_group_room, check_id_reuse, find_cycle
 from broker.engine.rules.leases import active_job
-from broker.engine.runtime.bulk import BulkRunner
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import NOT_STARTED, EngineState
 from broker.engine.state.model import (
     ACTIVE,

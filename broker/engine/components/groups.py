@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.engine.routing import Routes
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.model import ACTIVE
 from broker.engine.state.queues import QueueState

@@ -16,6 +16,7 @@ from typing import Any, cast
 import msgspec
 
 from broker.engine import errors
+from broker.engine.components.bulk import BulkRunner
 from broker.engine.components.bulk_jobs import AckBulk, PushBulk
 from broker.engine.errors import EngineError
 from broker.engine.routing import Routes
@@ -23,8 +24,7 @@ from broker.engine.rules.admission import check_group_room, check_id_reuse, chec
 from broker.engine.rules.deadlines import settle_failure
 from broker.engine.rules.leases import active_job, is_late
 from broker.engine.rules.schedule import first_occurrence
-from broker.engine.runtime.bulk import BulkRunner
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import NOT_STARTED, EngineState
 from broker.engine.state.ids import uuid7, uuid7s
 from broker.engine.state.keys import DEBOUNCE, UNIQUE

@@ -15,7 +15,7 @@ from broker.engine.errors import EngineError
 from broker.engine.routing import Routes
 from broker.engine.rules.deadlines import WAIT_JOB
 from broker.engine.rules.leases import active_job, leased
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.model import (
     ACTIVE,

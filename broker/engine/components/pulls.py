@@ -27,7 +27,7 @@ from typing import Any
 from broker.engine.routing import Routes
 from broker.engine.rules.deadlines import GROUP_WAKE, POLL, QUEUE_SWEEP
 from broker.engine.rules.schedule import next_occurrence
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.ids import uuid7
 from broker.engine.state.model import ACTIVE, Job, next_occurrence_of

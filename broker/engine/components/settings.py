@@ -15,7 +15,7 @@ import msgspec
 
 from broker.engine.routing import Routes
 from broker.engine.rules.dlq import apply_dlq_config
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.queues import QueueState
 from protocol import CommandError

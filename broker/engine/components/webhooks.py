@@ -20,7 +20,7 @@ import msgspec
 from broker.engine.errors import EngineError
 from broker.engine.routing import Reply, Routes
 from broker.engine.rules.webhook_policy import refused_target
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.ids import uuid7
 from protocol import lifecycle as lifecycle_cmd
 from protocol import webhooks as cmd

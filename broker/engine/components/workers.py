@@ -11,7 +11,7 @@ from typing import Any
 
 from broker.engine.errors import EngineError
 from broker.engine.routing import Routes
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from protocol import commands as cmd
 
 WORKER_TIMEOUT_MS = 30_000

@@ -13,7 +13,6 @@ import math
 from typing import Any, Protocol
 
 from broker.engine.rules.dlq import DLQ_RETRY, DeadLetterState, auto_retry
-from broker.engine.rules.retention import RETENTION, Retention, expire_retained
 from broker.engine.state.keys import KeyRegistry
 from broker.engine.state.model import (
     ACTIVE,
@@ -26,6 +25,7 @@ from broker.engine.state.model import (
     Job,
 )
 from broker.engine.state.queues import QueueState
+from broker.engine.state.retention import RETENTION, Retention, expire_retained
 
 MAX_BACKOFF_MS = 3_600_000
 MAX_STALLS = 3

@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-from broker.engine.rules.retention import Forgetting, Retention, expire_retained, retain
 from broker.engine.state.model import FAILED, Job
 from broker.engine.state.queues import QueueState
+from broker.engine.state.retention import Forgetting, Retention, expire_retained, retain
 
 DLQ_RETRY = "dlq-retry"
 """The timer kind of a failed job's automatic retry."""

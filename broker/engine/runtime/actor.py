@@ -31,7 +31,7 @@ from broker.engine.core import Engine
 from broker.engine.runtime import startup
 from broker.engine.runtime.commits import CommitPipeline
 from broker.engine.runtime.fanout import Fanout
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.events import EventBus
 from store import Store, StoreError
 

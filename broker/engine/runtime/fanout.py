@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.clock import Clock
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.events import EventBus
 

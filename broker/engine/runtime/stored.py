@@ -16,7 +16,7 @@ from broker.engine.rules.housekeeping import PURGE, Purge
 from store import Record
 
 if TYPE_CHECKING:
-    from broker.engine.runtime.bulk import BulkRunner
+    from broker.engine.components.bulk import BulkRunner
     from broker.engine.state.engine_state import EngineState
 
 RecordWrites = tuple[list[Record], list[tuple[str, str]]]

@@ -36,7 +36,6 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from broker.engine.components.telemetry import QueueTelemetry
 from broker.engine.errors import EngineError
 from broker.engine.rules.deadlines import (
     KEY_EXPIRY,
@@ -60,14 +59,7 @@ from broker.engine.rules.housekeeping import (
     trim_heap,
     worth_compacting,
 )
-from broker.engine.rules.retention import (
-    Retention,
-    expire_retained,
-    mark_finished,
-    next_finish,
-    retain,
-)
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.changes import ChangeLog
 from broker.engine.state.dependencies import KEEP_DONE_IDS as DEPENDENCIES_KEEP
 from broker.engine.state.dependencies import Dependencies
@@ -90,6 +82,14 @@ from broker.engine.state.model import (
 from broker.engine.state.observers import Observers
 from broker.engine.state.queues import MAX_QUEUES, SWEEP_DELAY_MS, QueueState, QueueSweep
 from broker.engine.state.restore import restore
+from broker.engine.state.retention import (
+    Retention,
+    expire_retained,
+    mark_finished,
+    next_finish,
+    retain,
+)
+from broker.engine.state.telemetry import QueueTelemetry
 from broker.engine.state.timers import TimerWheel
 
 RESTORE_SLICE = 10_000

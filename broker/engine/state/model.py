@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import msgspec
 
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from protocol.jobspec import JobFields
 from protocol.wire import WireJob, WireJobWithState
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from broker.engine.components.telemetry import QueueTelemetry
 from broker.engine.state.model import Job
+from broker.engine.state.telemetry import QueueTelemetry
 
 
 class Observers:

@@ -28,9 +28,9 @@ from typing import Any
 
 import attrs
 
-from broker.engine.rules.retention import Retention
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.model import COUNTED_STATES, PRIORITIZED, READY_STATES, WAITING, Job
+from broker.engine.state.retention import Retention
 
 # Entry layout: ((-priority, group priority, lifo first), run time or -seq, seq, job). The
 # first three keys are one tuple, shared by every entry with the same ones (a million waiting

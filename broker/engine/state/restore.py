@@ -20,7 +20,6 @@ from itertools import count
 from typing import TYPE_CHECKING, Protocol
 
 from broker.engine.rules.deadlines import LEASE, arm_timeout, arm_ttl
-from broker.engine.rules.retention import expire_retained, mark_finished
 from broker.engine.state.changes import ChangeLog
 from broker.engine.state.keys import DEBOUNCE
 from broker.engine.state.model import (
@@ -36,6 +35,7 @@ from broker.engine.state.model import (
     Job,
 )
 from broker.engine.state.observers import Observers
+from broker.engine.state.retention import expire_retained, mark_finished
 
 READY = frozenset({WAITING, PRIORITIZED, DELAYED})  # how a queued job reports can change
 

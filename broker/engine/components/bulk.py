@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from broker.engine.errors import EngineError
-from broker.engine.runtime.sink import ReplySink
+from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.ids import uuid7
 from protocol import CommandError
