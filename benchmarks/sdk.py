@@ -64,11 +64,11 @@ from .compare import (
     with_reference,
 )
 from .servers import (
-    REFERENCE_DIR,
     REPO_ROOT,
     RunningServer,
     ServerStartError,
     SharedPostgres,
+    add_comparison_arguments,
     find_listening_pid,
 )
 
@@ -565,28 +565,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs per row")
     parser.add_argument("--rows", default=",".join(row.key for row in SDK_ROWS))
     parser.add_argument("--modes", default="memory,sqlite")
-    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds")
-    parser.add_argument("--reference-dir", type=Path, default=REFERENCE_DIR)
-    parser.add_argument(
-        "--no-reference",
-        action="store_true",
-        help="only trioq and the --baseline checkouts (e.g. two builds of trioq)",
-    )
-    parser.add_argument(
-        "--reference-pg-jobs",
-        type=int,
-        default=1_000,
-        help="jobs per row for the reference in postgres mode (default %(default)s)",
-    )
-    parser.add_argument(
-        "--baseline",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="also run the trioq checkout in DIR as 'trioq before' (see benchmarks.loadgen)",
-    )
-    parser.add_argument("--baseline-python", action="append", default=[], metavar="PYTHON")
+    add_comparison_arguments(parser, "jobs per row")
     parser.add_argument(
         "--py-spy",
         metavar="DIR",

@@ -13,6 +13,7 @@ comparison gets a fresh, empty database, so trioq and the reference use the same
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -563,3 +564,44 @@ def each_server(modes: Sequence[str]) -> Iterator[tuple[str, RunningServer]]:
                 yield f"{name} ({mode})", server
             finally:
                 server.stop()
+
+
+def add_comparison_arguments(parser: argparse.ArgumentParser, pg_jobs_what: str) -> None:
+    """The options every side-by-side benchmark takes: the reference, `--baseline` checkouts
+    and their interpreters. `pg_jobs_what` names what `--reference-pg-jobs` counts."""
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds")
+    parser.add_argument(
+        "--reference-dir",
+        type=Path,
+        default=REFERENCE_DIR,
+        help="where the reference's start.sh and stop.sh are (default %(default)s)",
+    )
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="only trioq and the --baseline checkouts (e.g. two builds of trioq)",
+    )
+    parser.add_argument(
+        "--reference-pg-jobs",
+        type=int,
+        default=1_000,
+        help=f"{pg_jobs_what} for the reference in postgres mode (default %(default)s:"
+        " it runs at a few hundred jobs/s)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also run the trioq checkout in DIR (e.g. a git worktree of an older commit) as"
+        " the column 'trioq before', alternating with the others; repeatable (before2, ...)",
+    )
+    parser.add_argument(
+        "--baseline-python",
+        action="append",
+        default=[],
+        metavar="PYTHON",
+        help="the interpreter of the --baseline of the same position (default: this one), e.g."
+        " another venv's python, to compare interpreters in one run",
+    )

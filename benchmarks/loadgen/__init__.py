@@ -37,13 +37,12 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ..client import decode_ext
-from ..servers import REFERENCE_DIR
+from ..servers import add_comparison_arguments
 
 HEADER = struct.Struct(">I")
 ID_WIDTH = 8
@@ -663,42 +662,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows", default=",".join(r.key for r in ROWS if r.key != "wide"))
     parser.add_argument("--compare", action="store_true", help="start the servers (compare.py)")
     parser.add_argument("--modes", default="memory,sqlite")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--reference-dir",
-        type=Path,
-        default=REFERENCE_DIR,
-        help="where the reference's start.sh and stop.sh are (default %(default)s)",
-    )
-    parser.add_argument(
-        "--no-reference",
-        action="store_true",
-        help="only trioq and the --baseline checkouts (e.g. two builds of trioq)",
-    )
-    parser.add_argument(
-        "--reference-pg-jobs",
-        type=int,
-        default=1_000,
-        help="jobs per concurrent row for the reference in postgres mode (default %(default)s:"
-        " it runs at a few hundred jobs/s)",
-    )
-    parser.add_argument(
-        "--baseline",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="also run the trioq checkout in DIR (e.g. a git worktree of an older commit) as"
-        " the column 'trioq before', alternating with the others; repeatable (before2, ...)",
-    )
-    parser.add_argument(
-        "--baseline-python",
-        action="append",
-        default=[],
-        metavar="PYTHON",
-        help="the interpreter of the --baseline of the same position (default: this one), e.g."
-        " another venv's python, to compare interpreters in one run",
-    )
+    add_comparison_arguments(parser, "jobs per concurrent row")
     args = parser.parse_args(argv)
     args.baseline = [path.resolve() for path in args.baseline]
     if len(args.baseline_python) > len(args.baseline):

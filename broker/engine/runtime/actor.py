@@ -194,12 +194,7 @@ class EngineActor:
                 if self._failure is not None:
                     raise self._failure
                 await commits.store_withheld()  # an inline pass the database did not take
-                while len(items) < MAX_BATCHES_PER_PASS:
-                    try:
-                        items.append(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
+                self._take_queued(items, receive)
                 self._execute(items)
                 commits.commit()
                 await commits.store_withheld()
@@ -210,6 +205,15 @@ class EngineActor:
                     # More work is already waiting: let other tasks (new connections, a Ping,
                     # the accept loop) have their turn before the next pass.
                     await trio.lowlevel.checkpoint()
+
+    def _take_queued(self, items: list[Any], receive: Any) -> None:
+        """Add what waits in the inbox to a pass's `items`, up to MAX_BATCHES_PER_PASS."""
+        while len(items) < MAX_BATCHES_PER_PASS:
+            try:
+                items.append(receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
 
     async def _serve_pipelined(self, receive: Any) -> None:
         """`_serve` for a store that commits on a worker thread: each pass's commit is started
@@ -233,12 +237,7 @@ class EngineActor:
                 except trio.EndOfChannel:
                     await commits.settle()
                     return
-                while len(items) < MAX_BATCHES_PER_PASS:
-                    try:
-                        items.append(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                self._queued_batches -= sum(isinstance(item, QUEUED) for item in items)
+                self._take_queued(items, receive)
                 self._execute(items)  # while the previous pass's commit is in flight
                 await commits.settle()
                 commits.launch()
