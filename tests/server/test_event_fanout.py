@@ -43,6 +43,20 @@ def counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[An
     return calls
 
 
+def counting_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+    """Record the runs of job events TCP encodes at once (`job_event_frames`): their queue and
+    job ids, one entry per call."""
+    runs: list[tuple[str, list[str]]] = []
+    real = broker.server.tcp.job_event_frames
+
+    def spy(name: str, queue: str, jobs: list[Any], now_ms: float) -> list[bytes]:
+        runs.append((queue, [job.id for job in jobs]))
+        return real(name, queue, jobs, now_ms)
+
+    monkeypatch.setattr(broker.server.tcp, "job_event_frames", spy)
+    return runs
+
+
 def frames_of(data: bytes) -> list[Any]:
     """The decoded frames of a run of bytes holding whole frames."""
     return [decode_any(payload) for payload in FrameDecoder().feed(data)]
@@ -85,27 +99,31 @@ async def test_an_event_a_subscriber_s_queue_refuses_is_neither_built_nor_encode
 ) -> None:
     built = counting(monkeypatch, broker.events, "event_message")
     encoded = counting(monkeypatch, broker.server.tcp, "event_frame")
+    runs = counting_runs(monkeypatch)
     subscriber = await connect()
     assert (await subscriber.call("SubscribeEvents", queue="q"))["ok"] is True
     await client.call("PUSHB", queue="elsewhere", jobs=JOBS)
-    assert (built, encoded) == ([], [])  # no listener is active: nothing else wants them
+    assert (built, encoded, runs) == ([], [], [])  # no listener is active: nobody wants them
     job_id = (await client.call("PUSH", queue="q", data=1))["id"]
     event = (await subscriber.receive())["event"]
     assert (event["eventType"], event["jobId"]) == ("pushed", job_id)
-    assert (len(built), len(encoded)) == (1, 1)
+    # Encoded straight from the job: TCP needs no message built for a job event.
+    assert (built, encoded, runs) == ([], [], [("q", [job_id])])
 
 
 async def test_each_event_is_encoded_once_for_all_tcp_subscribers(
     app: App, client: FrameClient, connect: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     encoded = counting(monkeypatch, broker.server.tcp, "event_frame")
+    runs = counting_runs(monkeypatch)
     subscribers = [await connect() for _ in range(3)]
     for subscriber in subscribers:
         assert (await subscriber.call("SubscribeEvents", events=["job:pushed"]))["ok"] is True
     ids = (await client.call("PUSHB", queue="q", jobs=JOBS))["ids"]
     for subscriber in subscribers:
         assert [(await subscriber.receive())["event"]["jobId"] for _ in ids] == ids
-    assert [message["data"]["jobId"] for message in encoded] == ids
+    # The batch's events are one run, encoded in one call for the three subscribers.
+    assert (encoded, runs) == ([], [("q", ids)])
 
 
 async def test_each_event_is_encoded_once_for_all_websocket_subscribers(
