@@ -365,7 +365,11 @@ class EventBus:
 
     def _active_listeners(self) -> list[tuple[Listener, frozenset[str]]]:
         """The listeners to call in this publish (asked once, not per event)."""
-        return [(listener, names) for listener, active, names in self.listeners if active()]
+        called = []
+        for listener, active, names in self.listeners:  # a loop: cheaper than a comprehension
+            if active():
+                called.append((listener, names))
+        return called
 
     def publish_recorded(
         self, events: Iterable[tuple[str, Any, dict[str, Any]]], now_ms: float
@@ -378,10 +382,13 @@ class EventBus:
         is worked out once, and a transport with `encode_jobs` encodes them in one call."""
         listeners = self._active_listeners()
         touched = None
-        if "queue:counts" in self._by_name or any(
-            "queue:counts" in names for _, names in listeners
-        ):
+        if "queue:counts" in self._by_name:
             touched = self.on_queue_touched
+        else:
+            for _, names in listeners:  # a loop, not any(<generator>): this runs every pass
+                if "queue:counts" in names:
+                    touched = self.on_queue_touched
+                    break
         takers: list[Subscriber] = []
         run: list[Any] = []  # the jobs of the run under way, all of `run_kind` and `run_queue`
         run_kind = run_queue = ""
@@ -450,15 +457,25 @@ class EventBus:
         takes them gets them all, encoded once per encoder (in one `encode_jobs` call where its
         transport has one); messages are built only for listeners and plain encoders."""
         name = JOB_EVENT_NAMES.get(kind) or f"job:{kind}"
-        wanting = [s for s in self._by_name.get(name, ()) if s.queue is None or s.queue == queue]
-        called = [listener for listener, names in listeners if name in names]
+        # Loops, not comprehensions: they run for every run, and are mostly of one item.
+        wanting = []
+        plain = False  # whether some subscriber needs the messages (no `encode_jobs`)
+        for subscriber in self._by_name.get(name, ()):
+            if subscriber.queue is None or subscriber.queue == queue:
+                wanting.append(subscriber)
+                if subscriber.encode_jobs is None:
+                    plain = True
+        called = []
+        for listener, names in listeners:
+            if name in names:
+                called.append(listener)
         if not wanting and not called:
             return
         messages = None
-        if called or any(subscriber.encode_jobs is None for subscriber in wanting):
+        if called or plain:
             messages = [event_message(kind, job, {}, now_ms) for job in jobs]
-            for listener in called:
-                for message in messages:
+            for message in messages:  # each event to every listener, in order, as one by one
+                for listener in called:
                     listener(message)
         last_encode: Any = None
         items: list[Any] = []

@@ -315,6 +315,18 @@ _TYPE_KEY = encode("eventType")
 _TIMESTAMP_KEY = encode("timestamp")
 
 
+def _str_header(size: int) -> bytes:
+    """The MessagePack header of a string of `size` UTF-8 bytes (the smallest form, as
+    msgspec writes it)."""
+    if size < 32:
+        return bytes((0xA0 | size,))
+    if size < 0x100:
+        return bytes((0xD9, size))
+    if size < 0x10000:
+        return b"\xda" + size.to_bytes(2, "big")
+    return b"\xdb" + size.to_bytes(4, "big")
+
+
 def job_event_frames(name: str, queue: str, jobs: list[Any], now_ms: float) -> list[bytes]:
     """`event_frame` of each job's event `name` with no extra data, in one call: the bytes
     around the job id are encoded once for the run (see `Subscriber.encode_jobs`)."""
@@ -322,15 +334,17 @@ def job_event_frames(name: str, queue: str, jobs: list[Any], now_ms: float) -> l
     tail = _TYPE_KEY + encode(TCP_EVENT_TYPES.get(name, name)) + _TIMESTAMP_KEY
     tail += encode(float(now_ms))
     fixed = len(head) + len(tail)
-    starts: dict[int, bytes] = {}  # by the encoded id's size: the length prefix and `head`
-    frames = []
+    frames: list[bytes] = []
+    append = frames.append
+    start = b""  # the length prefix, `head` and the id's string header, for ids of `size` bytes
+    size = -1
     for job in jobs:
-        job_id = encode(job.id)
-        size = len(job_id)
-        start = starts.get(size)
-        if start is None:
-            start = starts[size] = (fixed + size).to_bytes(4, "big") + head
-        frames.append(start + job_id + tail)
+        job_id = job.id.encode()  # a str's UTF-8, as MessagePack holds it after its header
+        if len(job_id) != size:  # ids are mostly of one size: rebuilt only when it changes
+            size = len(job_id)
+            id_head = _str_header(size)
+            start = (fixed + len(id_head) + size).to_bytes(4, "big") + head + id_head
+        append(start + job_id + tail)
     return frames
 
 
