@@ -478,13 +478,14 @@ class EventBus:
                 for listener in called:
                     listener(message)
         last_encode: Any = None
+        last_jobs: Any = None
         items: list[Any] = []
         for subscriber in wanting:  # those sharing an encoder are listed together (`_count`)
             encode = subscriber.encode
             if encode is None:
                 items = messages  # type: ignore[assignment]
-            elif encode is not last_encode:
-                last_encode = encode
+            elif encode is not last_encode or subscriber.encode_jobs is not last_jobs:
+                last_encode, last_jobs = encode, subscriber.encode_jobs
                 items = _encode_run(subscriber, name, queue, jobs, messages, now_ms)
             pending = subscriber.pending
             if not pending:
