@@ -1,7 +1,7 @@
-"""A pass's job events reach subscribers as runs: TCP frames built in one call per run are
-the frames built one event at a time, a pass mixing kinds, queues and events with data keeps
-its order for every kind of subscriber, and a run its encoder cannot encode costs only the
-subscribers of that encoder."""
+"""A pass's job events reach subscribers as runs: TCP frames and WebSocket JSON built in one
+call per run are those built one event at a time, a pass mixing kinds, queues and events with
+data keeps its order for every kind of subscriber, and a run its encoder cannot encode costs
+only the subscribers of that encoder."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from broker.events import DROPPED_FAILED, JOB_EVENT_NAMES, EventBus, event_message
+from broker.server.jsonwire import job_event_json, reply_json
 from broker.server.tcp import event_frame, job_event_frames
 from protocol import FrameDecoder, decode_any
 
@@ -114,3 +115,14 @@ def test_a_run_its_encoder_cannot_encode_drops_only_that_encoder_s_subscribers()
     assert subscription.dropped == DROPPED_FAILED
     assert healthy == [job_event_frames("job:pushed", "q", jobs, 1)]
     assert [s.dropped for s in bus.subscriptions] == [None]  # the others left, as failed
+
+
+@pytest.mark.parametrize("kind", ["pushed", "active", "completed"])
+@pytest.mark.parametrize("queue", ["q", 'qu"ëue\\' * 20])
+@pytest.mark.parametrize("now_ms", [0, 1.5, 1_733_400_000_123])
+def test_a_run_s_json_is_the_json_of_its_events_one_by_one(
+    kind: str, queue: str, now_ms: float
+) -> None:
+    jobs = [FakeJob(queue, job_id) for job_id in [*IDS, 'q"uote\\', "\u2028\x00"]]
+    one_by_one = [reply_json(event_message(kind, job, {}, now_ms)) for job in jobs]
+    assert job_event_json(JOB_EVENT_NAMES[kind], queue, jobs, now_ms) == one_by_one
