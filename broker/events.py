@@ -13,7 +13,9 @@ queue: a subscriber that names a queue gets only that queue's events and those o
 A publish is one fan-out: each listener is asked once whether it is active, each subscriber is
 handed its share of the pass in one call, in order, and each message is encoded once for all
 the subscribers of one transport (`DirectSubscription`: TCP and WebSocket, sent from the
-publishing task, with no task hop per event; `Subscription`: a bounded channel). A subscriber
+publishing task, with no task hop per event; `Subscription`: a bounded channel). A batch's job
+events (a run: one kind, one queue, no extra data) are routed once, and TCP and WebSocket
+encode a run in one call around the job ids, with no message built. A subscriber
 that falls too far behind is dropped with a reason instead of slowing the engine or growing
 memory; so is one whose events cannot be encoded or delivered (a bug), never the engine.
 """
