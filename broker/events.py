@@ -13,7 +13,9 @@ queue: a subscriber that names a queue gets only that queue's events and those o
 A publish is one fan-out: each listener is asked once whether it is active, each subscriber is
 handed its share of the pass in one call, in order, and each message is encoded once for all
 the subscribers of one transport (`DirectSubscription`: TCP and WebSocket, sent from the
-publishing task, with no task hop per event; `Subscription`: a bounded channel). A subscriber
+publishing task, with no task hop per event; `Subscription`: a bounded channel). A batch's job
+events (a run: one kind, one queue, no extra data) are routed once, and TCP and WebSocket
+encode a run in one call around the job ids, with no message built. A subscriber
 that falls too far behind is dropped with a reason instead of slowing the engine or growing
 memory; so is one whose events cannot be encoded or delivered (a bug), never the engine.
 """
@@ -147,6 +149,11 @@ class Subscriber:
     """How this subscriber wants each message, computed once per message for every subscriber
     sharing the same `encode` (None: the message itself)."""
 
+    encode_jobs: Callable[[str, str, list[Any], float], list[Any]] | None = None
+    """Optional, beside `encode`: `encode_jobs(name, queue, jobs, now_ms)` makes, in one call,
+    what `encode` makes of each job's event `name` with no extra data, in order (a batch's
+    events; None: `encode` is called per message)."""
+
     def __init__(self, patterns: list[str], queue: str | None) -> None:
         self.patterns = list(dict.fromkeys(patterns))  # as given, repeats dropped
         self.names = names_matching(self.patterns)
@@ -215,9 +222,11 @@ class DirectSubscription(Subscriber):
         encode: Callable[[dict[str, Any]], Any],
         deliver: Callable[[list[Any]], str | None],
         on_dropped: Callable[[], None],
+        encode_jobs: Callable[[str, str, list[Any], float], list[Any]] | None = None,
     ) -> None:
         super().__init__(patterns, queue)
         self.encode = encode
+        self.encode_jobs = encode_jobs
         self.deliver = deliver
         self._on_dropped = on_dropped
 
@@ -292,9 +301,13 @@ class EventBus:
         encode: Callable[[dict[str, Any]], Any],
         deliver: Callable[[list[Any]], str | None],
         on_dropped: Callable[[], None],
+        encode_jobs: Callable[[str, str, list[Any], float], list[Any]] | None = None,
     ) -> DirectSubscription:
-        """Start a subscription handed each publish's events at once (see DirectSubscription)."""
-        subscription = DirectSubscription(patterns, queue, encode, deliver, on_dropped)
+        """Start a subscription handed each publish's events at once (see DirectSubscription;
+        `encode_jobs` is `Subscriber.encode_jobs`)."""
+        subscription = DirectSubscription(
+            patterns, queue, encode, deliver, on_dropped, encode_jobs
+        )
         self._add(subscription)
         return subscription
 
@@ -354,7 +367,11 @@ class EventBus:
 
     def _active_listeners(self) -> list[tuple[Listener, frozenset[str]]]:
         """The listeners to call in this publish (asked once, not per event)."""
-        return [(listener, names) for listener, active, names in self.listeners if active()]
+        called = []
+        for listener, active, names in self.listeners:  # a loop: cheaper than a comprehension
+            if active():
+                called.append((listener, names))
+        return called
 
     def publish_recorded(
         self, events: Iterable[tuple[str, Any, dict[str, Any]]], now_ms: float
@@ -362,34 +379,123 @@ class EventBus:
         """Publish what the engine recorded in a committed pass, `(kind, job, extra)` each
         (see `event_message`). An event that no active listener wants and no subscriber
         takes (by name, then by queue) is skipped before its message is built; each
-        subscriber is handed its share of the pass at once."""
+        subscriber is handed its share of the pass at once. Consecutive job events of one
+        kind and queue with no extra data (a batch's jobs) go out as one run: who takes them
+        is worked out once, and a transport with `encode_jobs` encodes them in one call."""
         listeners = self._active_listeners()
-        by_name = self._by_name
         touched = None
-        if "queue:counts" in by_name or any("queue:counts" in names for _, names in listeners):
+        if "queue:counts" in self._by_name:
             touched = self.on_queue_touched
+        else:
+            for _, names in listeners:  # a loop, not any(<generator>): this runs every pass
+                if "queue:counts" in names:
+                    touched = self.on_queue_touched
+                    break
         takers: list[Subscriber] = []
+        run: list[Any] = []  # the jobs of the run under way, all of `run_kind` and `run_queue`
+        run_kind = run_queue = ""
         for kind, job, extra in events:
+            if job is not None and not extra:
+                queue = job.queue
+                if kind == run_kind and queue == run_queue:
+                    run.append(job)
+                    continue
+                if run:
+                    self._publish_run(run_kind, run_queue, run, now_ms, listeners, takers)
+                run, run_kind, run_queue = [job], kind, queue
+                if touched is not None:
+                    touched(queue)  # once per run: it notes the queue in a set
+                continue
+            if run:
+                self._publish_run(run_kind, run_queue, run, now_ms, listeners, takers)
+                run, run_kind, run_queue = [], "", ""
             if job is None:
                 name, queue = kind, extra.get("queue")
             else:
                 name, queue = JOB_EVENT_NAMES.get(kind) or f"job:{kind}", job.queue
                 if touched is not None:
                     touched(queue)
-            message = None
-            subscribers = by_name.get(name)
-            if subscribers is not None:
-                for subscriber in subscribers:
-                    if subscriber.queue is None or queue is None or subscriber.queue == queue:
-                        message = event_message(kind, job, extra, now_ms)
-                        _add_to_pending(takers, subscribers, queue, message)
-                        break
-            for listener, names in listeners:
-                if name in names:
-                    if message is None:
-                        message = event_message(kind, job, extra, now_ms)
-                    listener(message)
+            self._publish_one(name, queue, kind, job, extra, now_ms, listeners, takers)
+        if run:
+            self._publish_run(run_kind, run_queue, run, now_ms, listeners, takers)
         self._hand_over(takers)
+
+    def _publish_one(
+        self,
+        name: str,
+        queue: str | None,
+        kind: str,
+        job: Any,
+        extra: dict[str, Any],
+        now_ms: float,
+        listeners: list[tuple[Listener, frozenset[str]]],
+        takers: list[Subscriber],
+    ) -> None:
+        """One recorded event: its message is built only if someone takes it."""
+        message = None
+        subscribers = self._by_name.get(name)
+        if subscribers is not None:
+            for subscriber in subscribers:
+                if subscriber.queue is None or queue is None or subscriber.queue == queue:
+                    message = event_message(kind, job, extra, now_ms)
+                    _add_to_pending(takers, subscribers, queue, message)
+                    break
+        for listener, names in listeners:
+            if name in names:
+                if message is None:
+                    message = event_message(kind, job, extra, now_ms)
+                listener(message)
+
+    def _publish_run(
+        self,
+        kind: str,
+        queue: str,
+        jobs: list[Any],
+        now_ms: float,
+        listeners: list[tuple[Listener, frozenset[str]]],
+        takers: list[Subscriber],
+    ) -> None:
+        """Job events of one kind and queue with no extra data, in order: each subscriber that
+        takes them gets them all, encoded once per encoder (in one `encode_jobs` call where its
+        transport has one); messages are built only for listeners and plain encoders."""
+        name = JOB_EVENT_NAMES.get(kind) or f"job:{kind}"
+        # Loops, not comprehensions: they run for every run, and are mostly of one item.
+        wanting = []
+        plain = False  # whether some subscriber needs the messages (no `encode_jobs`)
+        for subscriber in self._by_name.get(name, ()):
+            if subscriber.queue is None or subscriber.queue == queue:
+                wanting.append(subscriber)
+                if subscriber.encode_jobs is None:
+                    plain = True
+        called = []
+        for listener, names in listeners:
+            if name in names:
+                called.append(listener)
+        if not wanting and not called:
+            return
+        messages = None
+        if called or plain:
+            messages = [event_message(kind, job, {}, now_ms) for job in jobs]
+            for message in messages:  # each event to every listener, in order, as one by one
+                for listener in called:
+                    listener(message)
+        last_encode: Any = None
+        last_jobs: Any = None
+        items: list[Any] = []
+        for subscriber in wanting:  # those sharing an encoder are listed together (`_count`)
+            encode = subscriber.encode
+            if encode is None:
+                items = messages  # type: ignore[assignment]
+            elif encode is not last_encode or subscriber.encode_jobs is not last_jobs:
+                last_encode, last_jobs = encode, subscriber.encode_jobs
+                items = _encode_run(subscriber, name, queue, jobs, messages, now_ms)
+            pending = subscriber.pending
+            if not pending:
+                takers.append(subscriber)
+            if items is _FAILED_RUN:
+                subscriber.failed = True
+            else:
+                pending.extend(items)
 
     def publish(self, messages: Iterable[dict[str, Any]]) -> None:
         """Deliver committed events; never blocks (a subscriber that cannot take them is
@@ -425,6 +531,28 @@ class EventBus:
 
 
 _UNENCODABLE = object()  # what an encoder that raised made of a message
+_FAILED_RUN: list[Any] = []  # what encoders that raised made of a run (never extended)
+
+
+def _encode_run(
+    subscriber: Subscriber,
+    name: str,
+    queue: str,
+    jobs: list[Any],
+    messages: list[dict[str, Any]] | None,
+    now_ms: float,
+) -> list[Any]:
+    """A run of job events as this subscriber's encoder makes them (`encode_jobs` in one go,
+    or `encode` per message); `_FAILED_RUN` if it raised (a bug, logged)."""
+    try:
+        if subscriber.encode_jobs is not None:
+            return subscriber.encode_jobs(name, queue, jobs, now_ms)
+        encode = subscriber.encode
+        assert encode is not None and messages is not None
+        return [encode(message) for message in messages]
+    except Exception:  # a bug: it costs the subscribers of this encoder, not the engine
+        log.exception("events %s could not be encoded", name)
+        return _FAILED_RUN
 
 
 def _add_to_pending(

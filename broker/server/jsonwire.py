@@ -133,6 +133,19 @@ def reply_json(reply: Any) -> bytes:
         return UNSHOWABLE
 
 
+def job_event_json(name: str, queue: str, jobs: list[Any], now_ms: float) -> list[bytes]:
+    """`reply_json` of each job's event message `name` with no extra data (`{event, ts, data:
+    {queue, jobId}}`), in one call: the text around the job id is encoded once for the run
+    (see `Subscriber.encode_jobs`). Strings and numbers read back from MessagePack unchanged,
+    so this is the JSON `reply_json` writes."""
+    head = b'{"event":%s,"ts":%s,"data":{"queue":%s,"jobId":' % (
+        _to_json(name),
+        _to_json(now_ms),
+        _to_json(queue),
+    )
+    return [head + _to_json(job.id) + b"}}" for job in jobs]
+
+
 def _readable(value: Any) -> Any:
     """`value` as plain values, each raw MessagePack part read on its own (the slow path)."""
     if isinstance(value, msgspec.Raw):

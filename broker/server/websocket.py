@@ -32,6 +32,7 @@ from .jsonwire import (
     command_from,
     decode_message,
     encode_reply,
+    job_event_json,
     msgpack_key,
     reply_json,
     reply_msgpack,
@@ -191,7 +192,12 @@ class WebSocketClient:
             return {"ok": True, "subscribed": []}
         if self.subscription is None:
             self.subscription = self.actor.bus.subscribe_direct(
-                patterns, queue, reply_json, self._send_events, self._events_dropped
+                patterns,
+                queue,
+                reply_json,
+                self._send_events,
+                self._events_dropped,
+                job_event_json,
             )
             self.events_scope = trio.CancelScope()
             self.events_dropped = trio.Event()

@@ -43,6 +43,20 @@ def counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[An
     return calls
 
 
+def counting_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+    """Record the runs of job events TCP encodes at once (`job_event_frames`): their queue and
+    job ids, one entry per call."""
+    runs: list[tuple[str, list[str]]] = []
+    real = broker.server.tcp.job_event_frames
+
+    def spy(name: str, queue: str, jobs: list[Any], now_ms: float) -> list[bytes]:
+        runs.append((queue, [job.id for job in jobs]))
+        return real(name, queue, jobs, now_ms)
+
+    monkeypatch.setattr(broker.server.tcp, "job_event_frames", spy)
+    return runs
+
+
 def frames_of(data: bytes) -> list[Any]:
     """The decoded frames of a run of bytes holding whole frames."""
     return [decode_any(payload) for payload in FrameDecoder().feed(data)]
@@ -85,34 +99,46 @@ async def test_an_event_a_subscriber_s_queue_refuses_is_neither_built_nor_encode
 ) -> None:
     built = counting(monkeypatch, broker.events, "event_message")
     encoded = counting(monkeypatch, broker.server.tcp, "event_frame")
+    runs = counting_runs(monkeypatch)
     subscriber = await connect()
     assert (await subscriber.call("SubscribeEvents", queue="q"))["ok"] is True
     await client.call("PUSHB", queue="elsewhere", jobs=JOBS)
-    assert (built, encoded) == ([], [])  # no listener is active: nothing else wants them
+    assert (built, encoded, runs) == ([], [], [])  # no listener is active: nobody wants them
     job_id = (await client.call("PUSH", queue="q", data=1))["id"]
     event = (await subscriber.receive())["event"]
     assert (event["eventType"], event["jobId"]) == ("pushed", job_id)
-    assert (len(built), len(encoded)) == (1, 1)
+    # Encoded straight from the job: TCP needs no message built for a job event.
+    assert (built, encoded, runs) == ([], [], [("q", [job_id])])
 
 
 async def test_each_event_is_encoded_once_for_all_tcp_subscribers(
     app: App, client: FrameClient, connect: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     encoded = counting(monkeypatch, broker.server.tcp, "event_frame")
+    runs = counting_runs(monkeypatch)
     subscribers = [await connect() for _ in range(3)]
     for subscriber in subscribers:
         assert (await subscriber.call("SubscribeEvents", events=["job:pushed"]))["ok"] is True
     ids = (await client.call("PUSHB", queue="q", jobs=JOBS))["ids"]
     for subscriber in subscribers:
         assert [(await subscriber.receive())["event"]["jobId"] for _ in ids] == ids
-    assert [message["data"]["jobId"] for message in encoded] == ids
+    # The batch's events are one run, encoded in one call for the three subscribers.
+    assert (encoded, runs) == ([], [("q", ids)])
 
 
 async def test_each_event_is_encoded_once_for_all_websocket_subscribers(
     app: App, nursery: trio.Nursery, client: FrameClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The subscription keeps the encoder it was made with: count only event messages.
+    # The subscription keeps the encoders it was made with: count only event messages.
     encoded = counting(monkeypatch, broker.server.websocket, "reply_json")
+    runs: list[list[str]] = []
+    real = broker.server.websocket.job_event_json
+
+    def spy(name: str, queue: str, jobs: list[Any], now_ms: float) -> list[bytes]:
+        runs.append([job.id for job in jobs])
+        return real(name, queue, jobs, now_ms)
+
+    monkeypatch.setattr(broker.server.websocket, "job_event_json", spy)
     watchers = [await connect(app, nursery) for _ in range(2)]
     for watcher in watchers:
         assert (await call(watcher, cmd="Subscribe", events=["job:pushed"], reqId="s"))["ok"]
@@ -120,7 +146,9 @@ async def test_each_event_is_encoded_once_for_all_websocket_subscribers(
     for watcher in watchers:
         got = [json.loads(await watcher.get_message()) for _ in ids]
         assert [(e["event"], e["data"]["jobId"]) for e in got] == [("job:pushed", i) for i in ids]
-    assert [m["data"]["jobId"] for m in encoded if "event" in m and "ok" not in m] == ids
+    # The batch's events are one run, encoded in one call for both sockets.
+    assert [m for m in encoded if "event" in m and "ok" not in m] == []
+    assert runs == [ids]
 
 
 async def test_a_listener_that_is_not_active_is_not_called(app: App, client: FrameClient) -> None:
