@@ -67,6 +67,7 @@ def push_batch(session: RecordingSession) -> Batch:
 
 async def test_an_idle_actor_lends_one_batch_per_scheduler_turn_its_pass_inline() -> None:
     actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    await actor.restore()  # nothing stored: loaded (else the sends wait for the load first)
     session = RecordingSession(actor.outbox)
     # Sent before the actor runs, and one send cancelled: all three go through the inbox.
     for _ in range(2):
