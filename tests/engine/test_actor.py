@@ -365,3 +365,18 @@ async def test_a_batch_behind_held_commands_runs_nothing_and_counts_nothing() ->
         await trio.testing.wait_all_tasks_blocked()
         assert len(slow.replies) == 1 and passes == [0]  # "c" waits behind "b"
         actor.inbox.close()
+
+
+async def test_a_full_sessions_next_single_command_is_held_until_it_has_room() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    slow = UnreadSession(actor.outbox, room=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await actor.submit(Batch(slow, pushes("a")))  # its reply is unread: the session is full
+        await actor.submit(Batch(slow, pushes("b")))  # nothing held yet: held now
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(slow.replies) == 1 and slow.on_room is not None
+        slow.read_all()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(slow.replies) == 2
+        actor.inbox.close()
