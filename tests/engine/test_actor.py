@@ -10,7 +10,14 @@ import trio.testing
 
 from broker.clock import Clock
 from broker.engine.core import Engine
-from broker.engine.runtime.actor import INBOX_SIZE, Batch, Disconnect, EngineActor
+from broker.engine.runtime.actor import (
+    INBOX_SIZE,
+    LOADING,
+    LOADING_HOLD_S,
+    Batch,
+    Disconnect,
+    EngineActor,
+)
 from tests.support.actor import RecordingSession, command
 from tests.support.app import EPOCH_MS
 
@@ -60,6 +67,7 @@ def push_batch(session: RecordingSession) -> Batch:
 
 async def test_an_idle_actor_lends_one_batch_per_scheduler_turn_its_pass_inline() -> None:
     actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    await actor.restore()  # nothing stored: loaded (else the sends wait for the load first)
     session = RecordingSession(actor.outbox)
     # Sent before the actor runs, and one send cancelled: all three go through the inbox.
     for _ in range(2):
@@ -135,6 +143,34 @@ async def test_batches_submitted_together_to_a_busy_actor_queue_in_their_order()
         jobs = [actor.engine.state.jobs[reply["id"]] for reply in session.replies]
         numbers = [msgspec.msgpack.decode(job.data) for job in jobs]
         assert numbers == list(range(number, INBOX_SIZE + 5, 3))
+
+
+async def test_batches_submitted_together_to_a_loaded_actor_wait_for_room_in_their_order() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    await actor.restore()  # loaded: the batches go straight to the inbox while it has room
+    session = RecordingSession(actor.outbox)
+    batches = [
+        Batch(session, [command(cmd="PUSH", queue="q", data=n)]) for n in range(INBOX_SIZE + 3)
+    ]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.submit_all, batches)
+        await trio.testing.wait_all_tasks_blocked()  # the inbox is full: the last ones wait
+        nursery.start_soon(actor.run)
+        await trio.testing.wait_all_tasks_blocked()
+        actor.inbox.close()
+    jobs = [actor.engine.state.jobs[reply["id"]] for reply in session.replies]
+    assert [msgspec.msgpack.decode(job.data) for job in jobs] == list(range(INBOX_SIZE + 3))
+
+
+async def test_batches_submitted_together_while_jobs_load_are_refused_past_the_bound(
+    autojump_clock: Any,
+) -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))  # never restored: still loading
+    session = RecordingSession(actor.outbox)
+    started = trio.current_time()
+    await actor.submit_all([Batch(session, [command(cmd="Count", queue="q", reqId="c")])])
+    assert trio.current_time() - started == LOADING_HOLD_S
+    assert session.replies == [{"ok": False, "error": LOADING}]
 
 
 async def test_batches_whose_send_was_cancelled_are_not_counted_as_queued() -> None:
@@ -295,3 +331,52 @@ async def test_the_commands_held_for_a_client_that_leaves_never_run() -> None:
         await trio.testing.wait_all_tasks_blocked()
         actor.inbox.close()
     assert len(slow.replies) == 1 and other.replies == [{"ok": True, "count": 1}]
+
+
+async def test_commands_held_for_several_sessions_run_in_one_pass_and_are_counted() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    slow = [UnreadSession(actor.outbox, room=1) for _ in range(2)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        for session in slow:
+            await actor.submit(Batch(session, pushes("first", "held")))
+        await trio.testing.wait_all_tasks_blocked()
+        assert [len(session.replies) for session in slow] == [1, 1]
+        passes: list[int] = []
+        actor.on_pass = passes.append  # the metrics' commands per pass
+        for session in slow:  # both clients read before the actor's next pass
+            session.read_all()
+        await trio.testing.wait_all_tasks_blocked()
+        actor.inbox.close()
+    assert [len(session.replies) for session in slow] == [2, 2]
+    assert passes == [2]  # one pass ran the held command of each session
+
+
+async def test_a_batch_behind_held_commands_runs_nothing_and_counts_nothing() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    slow = UnreadSession(actor.outbox, room=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await actor.submit(Batch(slow, pushes("a", "b")))  # "b" held: "a" is unread
+        await trio.testing.wait_all_tasks_blocked()
+        passes: list[int] = []
+        actor.on_pass = passes.append  # the metrics' commands per pass
+        await actor.submit(Batch(slow, pushes("c")))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(slow.replies) == 1 and passes == [0]  # "c" waits behind "b"
+        actor.inbox.close()
+
+
+async def test_a_full_sessions_next_single_command_is_held_until_it_has_room() -> None:
+    actor = EngineActor(Engine(), Clock(EPOCH_MS))
+    slow = UnreadSession(actor.outbox, room=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        await actor.submit(Batch(slow, pushes("a")))  # its reply is unread: the session is full
+        await actor.submit(Batch(slow, pushes("b")))  # nothing held yet: held now
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(slow.replies) == 1 and slow.on_room is not None
+        slow.read_all()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(slow.replies) == 2
+        actor.inbox.close()

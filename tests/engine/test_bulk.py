@@ -169,6 +169,20 @@ async def test_the_pushing_connections_later_commands_wait_for_its_large_batch()
     assert [reply.get("count") for reply in pusher.replies[1:]] == [BIG, BIG]
 
 
+async def test_another_connections_batch_of_several_commands_runs_whole_between_slices() -> None:
+    log: list[tuple[str, Any]] = []
+    actor = EngineActor(Engine(), Clock(EPOCH_MS), LoggedStore(log))
+    pusher, other = Sink(actor, "pusher", log), Sink(actor, "other", log)
+    counts = [command(cmd="Count", queue="q", reqId=name) for name in ("first", "second")]
+    async with running(actor) as passes:
+        await actor.submit(Batch(pusher, [big_pushb()]))
+        await after_passes(passes, 1)  # the large command is in progress
+        await actor.submit(Batch(other, counts))
+        await trio.testing.wait_all_tasks_blocked()
+    # Only the large command's own connection waits for its reply.
+    assert order(log) == ["other:first", "other:second", "pusher:big"]
+
+
 async def test_a_large_ackb_completes_its_jobs_slice_by_slice_while_others_are_served() -> None:
     log: list[tuple[str, Any]] = []
     actor = EngineActor(Engine(), Clock(EPOCH_MS), LoggedStore(log))
