@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from broker.engine import startup
+from broker.engine.runtime import startup
 from broker.engine.core import Engine
 from store import Record, StoreError
 from store.memory import MemoryStore
