@@ -7,8 +7,8 @@ import gc
 
 import pytest
 
-from broker.engine.runtime import startup
 from broker.engine.core import Engine
+from broker.engine.runtime import startup
 from store import Record, StoreError
 from store.memory import MemoryStore
 from tests.support.app import EPOCH_MS
