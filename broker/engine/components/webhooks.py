@@ -5,7 +5,7 @@ commit (stored as records). Offers the engine its commands (AddWebhook, RemoveWe
 ListWebhooks, SetWebhookEnabled: `routes`), the webhooks an event goes to (`matching`), and
 `record_delivery` for the outcome of a delivery. It touches nothing else of the engine.
 
-Delivery itself (HTTP, signatures, retries) is not the engine's: broker/webhooks.py does it
+Delivery itself (HTTP, signatures, retries) is not the engine's: broker/services/webhooks.py does it
 outside the actor and reports each outcome back through the actor's inbox (`Delivered`), so
 the counts only ever change inside the actor.
 """
