@@ -275,7 +275,8 @@ class Lifecycle:
         """WaitJob: answer when the job completes (or fails), or after `timeout` ms. A job
         that completed and was forgotten since (removed on completion, or by retention) is
         still known to have completed; its result is not kept."""
-        if command.id in self.state.deps.done_ids:  # (an id pushed again leaves done_ids: state.py)
+        # An id pushed again leaves done_ids (state/engine_state.py).
+        if command.id in self.state.deps.done_ids:
             return {"ok": True, "completed": True, "result": None}
         job = self._job(command.id, "Job not found")
         if job.state in (COMPLETED, FAILED):
