@@ -1,5 +1,6 @@
-"""Start-up (broker/engine/startup.py): what a load made is frozen out of the cyclic garbage
-collector's passes once it succeeded, and a load that fails leaves the collector as it was."""
+"""Start-up (broker/engine/runtime/startup.py): what a load made is frozen out of the cyclic
+garbage collector's passes once it succeeded, and a load that fails leaves the collector as it
+was."""
 
 from __future__ import annotations
 
