@@ -27,7 +27,8 @@ QUEUE = "queue"
 # a long lease, silent, is not a stalled job). gracePeriod is kept for the reply's shape.
 DEFAULT_STALL_CONFIG = {"enabled": True, "stallInterval": 0, "maxStalls": 3, "gracePeriod": 0}
 Reply = dict[str, Any]
-log = logging.getLogger(__name__)
+# Its name before the engine was split into layers: operators filter on it.
+log = logging.getLogger("broker.engine.settings")
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(dict[str, Any]).decode

@@ -43,7 +43,8 @@ QUEUE_SWEEP = "queue-sweep"
 TIMEOUT_REASON = "Job timeout exceeded"
 TTL_REASON = "Job expired (ttl)"
 
-log = logging.getLogger(__name__)
+# Its name before the engine was split into layers: operators filter on it.
+log = logging.getLogger("broker.engine.deadlines")
 
 
 def retry_delay(job: Job) -> float:
