@@ -115,6 +115,7 @@ def dlq_reason(job: Job) -> str:
 
 
 def arm_ttl(state: TimedState, job: Job) -> None:
+    """Arm the job's ttl timer (its creation plus `ttl`), if it has a ttl."""
     if job.opts.ttl:  # 0 means none, as for `timeout`
         state.wheel.schedule(job.created_at + job.opts.ttl, TTL, job)
 
@@ -162,6 +163,8 @@ def _check_stall(state: TimedState, job: Job, now: float) -> None:
 
 
 def timer_is_current(state: TimedState, timer: Any) -> bool:
+    """Whether a timer still applies to its target (the state, activation or token it was
+    armed for is still the target's): compaction prunes the timers that do not."""
     job = timer.target
     if timer.kind == PROMOTE:
         return job.state == DELAYED and job.timer_token == timer.token
