@@ -44,3 +44,29 @@ def test_a_client_cannot_set_what_only_the_checks_set() -> None:
     assert [job.data for job in batch.jobs] == [msgspec.msgpack.encode(1)]
     acks = decode({"cmd": "ACKB", "ids": ["a"], "@checked/tokens": ["t"]})
     assert (acks.ids, acks.tokens) == (["a"], None)
+
+
+
+def checked_values(command: Any) -> Any:
+    """The command as the checks left it, but for `optionsGiven` (which path was taken)."""
+    return msgspec.structs.replace(command, optionsGiven=None)
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [{"@checked/optionsGiven": True}, {"@checked/backoffConfig": {"type": "fixed", "delay": "x"}},
+     {"@checked/optionsGiven": True, "@checked/backoffConfig": {"delay": None}}],
+)  # fmt: skip
+def test_a_plain_job_cannot_carry_what_only_the_checks_set_under_their_wire_names(
+    sent: dict[str, Any],
+) -> None:
+    plain = decode({"cmd": "PUSH", "queue": "q", "data": 1})
+    push = decode({"cmd": "PUSH", "queue": "q", "data": 1, **sent})
+    assert push.backoffConfig is None
+    assert checked_values(push) == checked_values(plain)
+    batch = decode({"cmd": "PUSHB", "queue": "q", "jobs": [{"data": 1, **sent}]})
+    plain_batch = decode({"cmd": "PUSHB", "queue": "q", "jobs": [{"data": 1}]})
+    assert [job.backoffConfig for job in batch.jobs] == [None]
+    assert [checked_values(job) for job in batch.jobs] == [
+        checked_values(job) for job in plain_batch.jobs
+    ]
