@@ -236,8 +236,8 @@ class JobFields(msgspec.Struct, kw_only=True):
     debounceTtl: Checked[float | None] = None
     timestamp: Checked[float | None] = None
 
-    # Set by normalisation only: no client names them (fields.py), so a job without options
-    # keeps these defaults (and the engine reads neither from one).
+    # Set by normalisation only: a job that sends either (under its `@checked/` wire name,
+    # fields.py) is not a plain job, so the checks set both again.
     backoffConfig: Checked[dict[str, Any] | None] = checked_only("backoffConfig")
     optionsGiven: Checked[bool] = checked_only("optionsGiven", False)
 
@@ -271,6 +271,10 @@ class JobFields(msgspec.Struct, kw_only=True):
             and self.maxAttempts.__class__ is int
             and self.backoff.__class__ is int
             and self.stackTraceLimit.__class__ is int
+            # What only the checks set: a client could send them under their wire names
+            # (fields.py), and the fast path would otherwise keep what it sent.
+            and self.optionsGiven is False
+            and self.backoffConfig is None
         ):
             # The common job sets no option at all: its fields are their defaults already.
             self.dedup = NO_DEDUP
