@@ -199,11 +199,12 @@ async def test_a_group_rate_window_outlives_the_queue_emptying(
 async def test_finish_counts_outlive_the_queue_and_are_kept_for_at_most_max_queues() -> None:
     state = EngineState(max_queues=2)
     for n, name in enumerate(("a", "b", "c")):
-        state.telemetry.record(name, "completed", 1_800_000_000_000.0 + n * 60_000)
-    assert list(state.telemetry.queues) == ["b", "c"]  # the oldest finish went
-    state.telemetry.record("b", "completed", 1_800_000_000_000.0 + 3 * 60_000)
-    state.telemetry.record("d", "completed", 1_800_000_000_000.0 + 4 * 60_000)
-    assert list(state.telemetry.queues) == ["b", "d"]  # b finished in a later minute than c
+        state.observers.telemetry.record(name, "completed", 1_800_000_000_000.0 + n * 60_000)
+    assert list(state.observers.telemetry.queues) == ["b", "c"]  # the oldest finish went
+    state.observers.telemetry.record("b", "completed", 1_800_000_000_000.0 + 3 * 60_000)
+    state.observers.telemetry.record("d", "completed", 1_800_000_000_000.0 + 4 * 60_000)
+    # b finished in a later minute than c
+    assert list(state.observers.telemetry.queues) == ["b", "d"]
 
 
 @pytest.fixture

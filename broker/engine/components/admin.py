@@ -227,7 +227,7 @@ class QueueAdmin:
                 command.queue, command.type, command.start, command.end
             )
             return {"ok": True, "data": view}
-        totals = self.state.totals
+        totals = self.state.observers.totals
         return {
             "ok": True,
             "metrics": {

@@ -52,7 +52,7 @@ class Dashboard:
     ) -> Reply:
         """DashboardOverview: broker-wide counts and totals, workers and crons."""
         stats = self.admin.broker_stats(now)
-        totals = self.state.totals
+        totals = self.state.observers.totals
         stats.update(
             totalPushed=totals["pushed"],
             totalPulled=totals["pulled"],

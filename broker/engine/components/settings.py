@@ -3,7 +3,7 @@
 The settings live on each QueueState (PULL reads them there); this component is the only
 writer of the queue-level ones, and the one that stores every queue's settings record (with
 the dead-letter and group settings, which deadletters.py and groups.py set and mark changed in
-`EngineState.changed_settings`). Stored as records, so they survive a restart.
+`ChangeLog.changed_settings`). Stored as records, so they survive a restart.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class QueueSettings:
         self.state = state
         # The queues whose settings changed since the last `take_writes` (stored.py): the
         # state's set, since other components change settings too (groups, DLQ, admin).
-        self.unstored = state.changed_settings
+        self.unstored = state.changes.changed_settings
 
     def routes(self) -> Routes:
         """The commands this component answers."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from broker.engine.errors import EngineError
@@ -89,7 +89,6 @@ from broker.engine.state.retention import (
     next_finish,
     retain,
 )
-from broker.engine.state.telemetry import QueueTelemetry
 from broker.engine.state.timers import TimerWheel
 
 RESTORE_SLICE = 10_000
@@ -144,26 +143,11 @@ class EngineState:
         # The owners of the rest; each changes only its own fields.
         self.changes = changes = ChangeLog()
         self.deps = Dependencies(self.jobs)
-        self.observers = observers = Observers(max_queues)
-        self.upkeep = upkeep = Upkeep(changes)
-        # What the actor reads after a pass, shown under the names it reads (the very
-        # containers of their owners, which empty them in place and never replace them).
-        self.dirty_queues = changes.dirty_queues
-        self.changed = changes.changed
-        self.deleted = changes.deleted
-        self.changed_settings = changes.changed_settings
-        self.purge_records = changes.records
-        self.finished = observers.finished
-        self.events = observers.events
-        self.untidy = upkeep.untidy
-        self.purges = upkeep.purges
-        self.graveyard = upkeep.graveyard
+        self.observers = Observers(max_queues)
+        self.upkeep = Upkeep(changes)
         # Whether job events are recorded (someone listens): set by the actor for each pass,
         # like `now`; the events go to the observers.
         self.emitting = False
-        # The change log's takers, under the names the actor calls (no second call).
-        self.take_changes = changes.take_changes
-        self.take_purge_writes = changes.take_records
 
     def emit(self, kind: str, job: Job, **extra: Any) -> None:
         """Record a job event for the subscribers and webhooks (cheap when nobody listens)."""
@@ -175,35 +159,6 @@ class EngineState:
         subscribers (cheap when nobody listens)."""
         if self.emitting:
             self.observers.record((name, None, data))
-
-    @property
-    def tracking(self) -> bool:
-        """Whether changes are noted for the store (the change log's switch)."""
-        return self.changes.tracking
-
-    @tracking.setter
-    def tracking(self, on: bool) -> None:
-        self.changes.tracking = on
-
-    @property
-    def totals(self) -> dict[str, int]:
-        """Jobs pushed, pulled, completed and failed since the start (the observers')."""
-        return self.observers.totals
-
-    @property
-    def telemetry(self) -> QueueTelemetry:
-        """Per-queue minute counts (the observers')."""
-        return self.observers.telemetry
-
-    @property
-    def dependents(self) -> dict[str, list[str]]:
-        """The ids of the jobs waiting for each id (the dependencies')."""
-        return self.deps.dependents
-
-    @property
-    def done_ids(self) -> Mapping[str, None]:
-        """Ids of completed jobs no longer held (the dependencies')."""
-        return self.deps.done_ids
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -478,8 +433,9 @@ class EngineState:
 
     def add(self, job: Job, now: float) -> None:
         """Register a new job and place it by its dependencies and run time."""
-        if self.purges:
-            self.upkeep.finish_purges_of(job.id)
+        upkeep = self.upkeep
+        if upkeep.purges:
+            upkeep.finish_purges_of(job.id)
         self.jobs[job.id] = job
         deps = self.deps
         if deps.done_ids:

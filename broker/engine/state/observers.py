@@ -3,8 +3,8 @@
 Job events for subscribers and webhooks (only while someone listens), the jobs
 that finished for WaitJob, the running totals and per-queue minute counts for Metrics, and the
 latency hooks a served broker wires to its histograms. The actor takes the events and the
-finished jobs after each pass; the lists are emptied in place, never replaced (EngineState
-shows them to the actor under their old names).
+finished jobs after each pass (`state.observers.events`...); the lists are emptied in place,
+never replaced (the fan-out may hold them).
 """
 
 from __future__ import annotations
