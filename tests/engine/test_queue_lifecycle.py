@@ -16,7 +16,6 @@ import pytest
 import trio
 
 from broker.engine.rules import housekeeping
-from broker.engine.state import engine_state as state_module
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.queues import SWEEP_DELAY_MS
 from broker.node.app import App
@@ -280,8 +279,8 @@ async def test_a_sweep_forgetting_many_queues_hands_the_heap_back(
     client: FrameClient, app: App, autojump_clock: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trims: list[int] = []
-    monkeypatch.setattr(state_module, "TRIM_AFTER", 5)
-    monkeypatch.setattr(state_module, "trim_heap", lambda: trims.append(1))
+    monkeypatch.setattr(housekeeping, "TRIM_AFTER", 5)
+    monkeypatch.setattr(housekeeping, "trim_heap", lambda: trims.append(1))
     for count in (4, 5):  # four queues forgotten: no trim; five: one
         ids = [await push(client, f"q{count}-{n}") for n in range(count)]
         for job_id in ids:

@@ -202,7 +202,7 @@ class SweepBulk(Bulk):
             return
         state.upkeep.bury(queue.compact_ready())  # the removed jobs' stale entries
         if queue.idle(now):
-            state.drop_queue_now(self.queue)
+            state.queues.drop_now(self.queue)
             state.changes.note_setting(queue.name)
 
     def _announce(self, state: EngineState) -> None:

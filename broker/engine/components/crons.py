@@ -143,7 +143,7 @@ class CronScheduler:
             cron.next_run = cron.following(now, now)
             if math.isinf(cron.next_run):
                 raise EngineError("Cron schedule has no future run")
-        self.state.admit_queues((cron.queue,))
+        self.state.queues.admit((cron.queue,), self.state.now)
         for previous in (old, cron):
             self._remove_queued_run(previous, now)
         if old is not None:
@@ -195,13 +195,13 @@ class CronScheduler:
 
     def _keep_queue(self, cron: Cron) -> None:
         """A cron now pushes into its queue: the queue is kept (made if new)."""
-        self.state.queue(cron.queue).crons += 1
+        self.state.queues.make(cron.queue).crons += 1
 
     def _let_queue_go(self, cron: Cron) -> None:
         """A cron no longer pushes into its queue: the queue may be idle now."""
         queue = self.state.queues[cron.queue]  # kept by the cron (Obliterate keeps it too)
         queue.crons -= 1
-        self.state.note_emptied(queue)
+        self.state.queues.note_emptied(queue, self.state.now)
 
     def _cron_changed(self, name: str) -> None:
         if self.state.changes.tracking:  # only a store needs to hear of it

@@ -84,7 +84,7 @@ class Dashboard:
                 "dlq": queue.counts[FAILED],
                 "paused": queue.paused,
             }
-            for name, queue in sorted(self.state.live_queues(now).items())
+            for name, queue in sorted(self.state.queues.live(now).items())
         ]
         return {"ok": True, "data": {"queues": queues, "timestamp": now}}
 

@@ -91,7 +91,7 @@ class JobCommands:
         """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
         dependencies must exist."""
         if command.queue not in self.state.queues:  # a new queue: within --max-queues?
-            self.state.admit_queues((command.queue,))
+            self.state.queues.admit((command.queue,), self.state.now)
         if command.optionsGiven or command.jobId is not None:  # a plain job has nothing to check
             existing = self._admit(command, now)
             if existing is not None:
@@ -124,7 +124,7 @@ class JobCommands:
         # them all (customIds are never empty: an empty one is None).
         if any(map(_options_given, items)) or any(map(_custom_id, items)):
             self._check_items(queue, items, now)
-        self.state.admit_queues((queue,))
+        self.state.queues.admit((queue,), self.state.now)
         return {"ok": True, "ids": self.add_batch(queue, items, now)}
 
     def _check_items(self, queue: str, items: list[cmd.PushItem], now: float) -> None:

@@ -72,13 +72,13 @@ class QueueSettings:
 
     def _settable(self, name: str) -> QueueState:
         """The queue a setting is given to, made if new (within --max-queues)."""
-        self.state.admit_queues((name,))
-        return self.state.queue(name)
+        self.state.queues.admit((name,), self.state.now)
+        return self.state.queues.make(name)
 
     def _changed(self, queue: QueueState) -> None:
         """A setting of `queue` changed: store it; one undone may leave the queue idle."""
         self.state.changes.note_setting(queue.name)
-        self.state.note_emptied(queue)
+        self.state.queues.note_emptied(queue, self.state.now)
 
     def pause(self, session: ReplySink, command: cmd.Pause, now: float) -> Reply:
         """Pause: pulls get nothing from this queue until Resume (pushes still land)."""
@@ -175,7 +175,7 @@ class QueueSettings:
             if record.kind != QUEUE:
                 continue
             body = _decode(record.body)
-            queue = self.state.queue(record.key)
+            queue = self.state.queues.make(record.key)
             queue.paused = body.get("paused", False)
             queue.rate_limit = body.get("rateLimit")
             queue.concurrency = body.get("concurrency")

@@ -159,7 +159,7 @@ def _place(
             target = PRIORITIZED if opts.priority > 0 else WAITING
             timeline = job.timeline
             if timeline and timeline[-TIMELINE_ENTRY] == target:  # no new timeline entry
-                queue = queues.get(job.queue) or state.queue(job.queue)
+                queue = queues.get(job.queue) or state.queues.make(job.queue)
                 queue.push_ready(job, next(seqs))
                 ready[target].append(job)
                 continue
