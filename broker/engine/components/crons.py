@@ -167,7 +167,7 @@ class CronScheduler:
         key = None if cron is None else _overlap_key(cron)
         if cron is None or key is None:
             return
-        job_id = self.state.key_owner(UNIQUE, cron.queue, key, now)
+        job_id = self.state.keys.owner((UNIQUE, cron.queue, key), now)
         job = self.state.jobs.get(job_id) if job_id is not None else None
         if job is not None and job.name == _job_name(cron) and job.state in QUEUED_STATES:
             self.state.remove(job)
@@ -226,7 +226,7 @@ class CronScheduler:
             self._cron_changed(cron.name)
             return
         key = _overlap_key(cron)
-        if key is None or self.state.key_owner(UNIQUE, cron.queue, key, now) is None:
+        if key is None or self.state.keys.owner((UNIQUE, cron.queue, key), now) is None:
             job = Job(uuid7(), cron.queue, _job_name(cron), cron.data, now, now, unique_key=key)
             job.priority = cron.priority
             job.last_heartbeat = now

@@ -197,7 +197,7 @@ class JobCommands:
         if custom_id is not None and custom_id in state.jobs:
             return custom_id
         key = fields.uniqueKey
-        owner = None if key is None else state.key_owner(UNIQUE, queue, key, now)
+        owner = None if key is None else state.keys.owner((UNIQUE, queue, key), now)
         if key is not None and owner is not None:
             dedup = fields.dedup
             held = state.jobs.get(owner)
@@ -206,11 +206,11 @@ class JobCommands:
                 return None
             ttl = dedup["ttl"]
             if dedup["extend"] and ttl:
-                state.extend_key(UNIQUE, queue, key, owner, now + ttl)
+                state.keys.take((UNIQUE, queue, key), owner, now + ttl)
             return owner
         debounce = fields.debounceId
         if debounce is not None:
-            return state.key_owner(DEBOUNCE, queue, debounce, now)
+            return state.keys.owner((DEBOUNCE, queue, debounce), now)
         return None
 
     def check_dependencies(self, depends_on: Iterable[str], batch_ids: Container[str]) -> None:
@@ -264,7 +264,7 @@ class JobCommands:
         """dedup `replace` of the job holding `key` now: refused while live jobs wait for it,
         or the batch's items up to the replacing one name it (`named(id)`)."""
         state = self.state
-        owner = state.key_owner(UNIQUE, queue, key, state.now)
+        owner = state.keys.owner((UNIQUE, queue, key), state.now)
         held = state.jobs.get(owner) if owner is not None else None
         if held is None or held.state not in NOT_STARTED:
             return

@@ -33,7 +33,6 @@ writes both once per pass.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -123,8 +122,8 @@ class EngineState:
         # At most 30 attributes: past 30 CPython 3.11 stops sharing the instance's keys and
         # every `self.<name>` read is slower (measured with 31: +1.9k instructions a PUSH).
         self.jobs: dict[str, Job] = {}
-        self.keys = KeyRegistry()
         self.wheel = wheel = TimerWheel()
+        self.keys = KeyRegistry(wheel, KEY_EXPIRY)
         self.completed = Retention(COMPLETED, keep_completed, keep_completed_ms)
         self.failed = Retention(FAILED, keep_failed, keep_failed_ms)
         self._seq = itertools.count()
@@ -167,30 +166,6 @@ class EngineState:
             for job in self.jobs.values()
             if job.queue == queue and (wanted is None or job.state in wanted)
         ]
-
-    def key_owner(self, kind: str, queue: str, key: str, now: float) -> str | None:
-        """The id of the job holding a unique or debounce key in `queue`, if any."""
-        return self.keys.owner((kind, queue, key), now)
-
-    def extend_key(self, kind: str, queue: str, key: str, job_id: str, until: float) -> None:
-        """Restart a held key's window (dedup `extend`)."""
-        self._take_key((kind, queue, key), job_id, until)
-
-    def _take_key(self, key: Any, job_id: str, until: float) -> None:
-        self.keys.take(key, job_id, until)
-        if until != math.inf:
-            self.wheel.schedule(until, KEY_EXPIRY, (key, job_id, until))
-
-    def take_keys(self, job: Job, since: float) -> None:
-        """Take the unique and debounce keys of `job`, their windows from `since`."""
-        if job.opts.unique_key is not None:
-            ttl = job.opts.dedup_ttl
-            until = since + ttl if ttl else math.inf
-            self._take_key((UNIQUE, job.queue, job.opts.unique_key), job.id, until)
-        if job.opts.debounce_id is not None:
-            ttl = job.opts.debounce_ttl
-            until = since + ttl if ttl else math.inf
-            self._take_key((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, until)
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -371,7 +346,7 @@ class EngineState:
         # are read from `opts` directly (`job.ttl` and the others are property calls).
         opts = job.opts
         if opts.unique_key is not None or opts.debounce_id is not None:
-            self.take_keys(job, now)
+            self.keys.take_job_keys(job, now)
         if opts.ttl:
             arm_ttl(self, job)
         observers = self.observers
@@ -589,7 +564,7 @@ class EngineState:
         if job.opts.unique_key is not None:
             key = (UNIQUE, job.queue, job.opts.unique_key)
             if self.keys.owner(key, now) is None:
-                self._take_key(key, job.id, math.inf)
+                self.keys.take(key, job.id)
         self.wait_for_dependencies(job, now)  # a dependency may still be unfinished
         return True
 
@@ -598,7 +573,7 @@ class EngineState:
         if self.jobs.get(job.id) is not job:
             return
         self._end_activity(job)
-        self._free_keys(job)
+        self.keys.free_job_keys(job)
         self.forget(job)
         self.emit("removed", job)
 
@@ -704,7 +679,7 @@ class EngineState:
         self._end_activity(job)
         opts = job.opts
         if opts.unique_key is not None or opts.debounce_id is not None:  # most jobs hold no key
-            self._free_keys(job)
+            self.keys.free_job_keys(job)
         observers = self.observers
         if remove:
             job.result = result  # for a WaitJob answered at the end of the pass (lifecycle.py)
@@ -760,7 +735,7 @@ class EngineState:
                         del holdings[holder]
                 job.holder = None
             if opts.unique_key is not None or opts.debounce_id is not None:
-                self._free_keys(job)
+                self.keys.free_job_keys(job)
             job.completed_at = now
             job.result = result
             job.progress = 100
@@ -819,7 +794,7 @@ class EngineState:
     ) -> Failure | None:
         """Fail one job (see `fail`); returns the failure its parent's policy calls for."""
         self._end_activity(job)
-        self._free_keys(job)
+        self.keys.free_job_keys(job)
         job.failed_reason = reason
         self.observers.totals["failed"] += 1
         self.observers.telemetry.record(job.queue, FAILED, now)
@@ -914,12 +889,6 @@ class EngineState:
         self._end_activity(job)
         job.started_at = None
         self.wait_for_dependencies(job, now)
-
-    def _free_keys(self, job: Job) -> None:
-        if job.opts.unique_key is not None:
-            self.keys.free((UNIQUE, job.queue, job.opts.unique_key), job.id)
-        if job.opts.debounce_id is not None:  # a timed debounce window outlives the job
-            self.keys.free((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, only_untimed=True)
 
     def _unblock_dependents(self, job: Job, now: float) -> None:
         for dependent_id in self.deps.take_waiting(job.id):
