@@ -439,7 +439,7 @@ class EngineActor:
         timers = state.wheel.heap  # `compact` may have replaced the list
         finished = observers.finished
         if finished and not engine.lifecycle.job_waiters:
-            finished.clear()  # `answer_job_waiters` with nobody waiting, inline (every ACK)
+            observers.drop_finished()  # `answer_job_waiters` with nobody waiting (every ACK)
         if changes.dirty_queues or finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
         upkeep = state.upkeep

@@ -40,9 +40,9 @@ class Fanout:
             session.send_staged()
         outbox.clear()
         state = self.state
-        events = state.observers.events
-        if events:
-            self.publish(events)
+        observers = state.observers
+        if observers.events:
+            self.publish(observers.take_events())
         else:  # `publish` with nothing to publish, inline: most passes emit no event
             state.emitting = self.bus.listening()
 
@@ -52,10 +52,7 @@ class Fanout:
         outbox = self.outbox
         releases = [session.take_staged() for session in outbox]
         outbox.clear()
-        recorded = self.state.observers.events
-        events = list(recorded)
-        recorded.clear()
-        return releases, events
+        return releases, self.state.observers.take_events()
 
     def release(self, releases: list[Callable[[], None]], events: list[Any]) -> None:
         """Send a stored pass's detached replies, then publish its events (as `send_replies`)."""

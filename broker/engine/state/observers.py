@@ -46,6 +46,12 @@ class Observers:
         self.on_start = on_start
         self.on_complete = on_complete
 
+    def take_events(self) -> list[tuple[str, Job | None, dict[str, Any]]]:
+        """The events recorded since the last look (and forget them)."""
+        events = list(self.events)
+        self.events.clear()
+        return events
+
     def take_finished(self) -> list[Job]:
         """The jobs finished since the last look (and forget them)."""
         finished = list(self.finished)
