@@ -54,7 +54,7 @@ class WorkInProgress:
     def __init__(self, state: EngineState, bulks: BulkRunner) -> None:
         self.state = state
         self.bulks = bulks
-        # Tombstones and bulk records to write or delete (`take_purge_writes` empties it).
+        # Tombstones and bulk records to write or delete (`ChangeLog.take_records` empties it).
         self.unstored = state.changes.records
 
     def take_writes(self) -> RecordWrites:
