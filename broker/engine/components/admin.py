@@ -102,7 +102,7 @@ class QueueAdmin:
             self.state.changes.note_setting(queue.name)
             self.pulls.answer_empty(queue.waiters)
             if queue.crons:  # its crons stay (CronDelete removes them): so does the queue
-                self.state.queues.make(queue.name).crons = queue.crons
+                self.state.queues.make(queue.name).add_crons(queue.crons)
         self.state.purge_later(removed)
         self.state.announce("queue:obliterated", {"queue": command.queue})
         self.state.announce("queue:removed", {"queue": command.queue})

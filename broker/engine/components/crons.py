@@ -195,12 +195,12 @@ class CronScheduler:
 
     def _keep_queue(self, cron: Cron) -> None:
         """A cron now pushes into its queue: the queue is kept (made if new)."""
-        self.state.queues.make(cron.queue).crons += 1
+        self.state.queues.make(cron.queue).add_crons(1)
 
     def _let_queue_go(self, cron: Cron) -> None:
         """A cron no longer pushes into its queue: the queue may be idle now."""
         queue = self.state.queues[cron.queue]  # kept by the cron (Obliterate keeps it too)
-        queue.crons -= 1
+        queue.add_crons(-1)
         self.state.queues.note_emptied(queue, self.state.now)
 
     def _cron_changed(self, name: str) -> None:

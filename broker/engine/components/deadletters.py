@@ -100,7 +100,7 @@ class DeadLetterCommands:
         already in its DLQ (caps and auto retries, see dlq.py)."""
         self.state.queues.admit((command.queue,), self.state.now)
         queue = self.state.queues.make(command.queue)
-        queue.dlq_config = {**queue.dlq_config, **command.config}
+        queue.merge_dlq_config(command.config)
         self.state.changes.note_setting(queue.name)
         retries_changed = any(key in command.config for key in RETRY_KEYS)
         apply_dlq_config(self.state, queue, now, retries=retries_changed)

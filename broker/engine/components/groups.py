@@ -67,10 +67,7 @@ class Groups:
             settings.pop(key, None)
         else:
             settings[key] = value
-        if settings:
-            queue.group_settings[command.groupId] = settings
-        else:
-            queue.group_settings.pop(command.groupId, None)
+        queue.set_group(command.groupId, settings)
         self.state.changes.note_setting(queue.name)
         # Its last setting undone, it may hold nothing.
         self.state.queues.note_emptied(queue, self.state.now)

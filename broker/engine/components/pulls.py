@@ -105,7 +105,7 @@ class Pulls:
             return self._pulled(command, batch, jobs, tokens)
         # Only a poll that parks becomes a Waiter (most PULLs of a busy queue are served now).
         waiter = Waiter(session, command.reqId, command, count, batch)
-        queue.waiters.append(waiter)
+        queue.park(waiter)
         state.wheel.schedule(now + command.timeout, POLL, waiter)
         return None
 

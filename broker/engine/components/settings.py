@@ -83,7 +83,7 @@ class QueueSettings:
     def pause(self, session: ReplySink, command: cmd.Pause, now: float) -> Reply:
         """Pause: pulls get nothing from this queue until Resume (pushes still land)."""
         queue = self._settable(command.queue)
-        queue.paused = True
+        queue.set_paused(True)
         self._changed(queue)
         self.state.announce("queue:paused", {"queue": queue.name})
         return {"ok": True}
@@ -93,7 +93,7 @@ class QueueSettings:
         paused: nothing to do)."""
         queue = self.state.queues.get(command.queue)
         if queue is not None:
-            queue.paused = False
+            queue.set_paused(False)
             self._changed(queue)
             self.state.changes.note_dirty(queue)
         self.state.announce("queue:resumed", {"queue": command.queue})
@@ -107,8 +107,7 @@ class QueueSettings:
     def rate_limit(self, session: ReplySink, command: cmd.RateLimit, now: float) -> Reply:
         """RateLimit: at most `limit` jobs of the queue start per second."""
         queue = self._settable(command.queue)
-        queue.rate_limit = command.limit
-        queue.tokens, queue.tokens_at = float(command.limit), now
+        queue.limit_rate(command.limit, now)
         self._changed(queue)
         # trioq's rate limit is per second: the reference's event names that window
         event = {"queue": queue.name, "max": command.limit, "duration": 1000}
@@ -121,7 +120,7 @@ class QueueSettings:
         """RateLimitClear."""
         queue = self.state.queues.get(command.queue)
         if queue is not None:
-            queue.rate_limit = None
+            queue.limit_rate(None, now)
             self._changed(queue)
             self.state.changes.note_dirty(queue)
         self.state.announce("ratelimit:cleared", {"queue": command.queue})
@@ -130,7 +129,7 @@ class QueueSettings:
     def set_concurrency(self, session: ReplySink, command: cmd.SetConcurrency, now: float) -> Reply:
         """SetConcurrency: at most `limit` jobs of the queue active at once."""
         queue = self._settable(command.queue)
-        queue.concurrency = command.limit
+        queue.limit_concurrency(command.limit)
         self._changed(queue)
         self.state.changes.note_dirty(queue)
         event = {"queue": queue.name, "concurrency": command.limit}
@@ -143,7 +142,7 @@ class QueueSettings:
         """ClearConcurrency."""
         queue = self.state.queues.get(command.queue)
         if queue is not None:
-            queue.concurrency = None
+            queue.limit_concurrency(None)
             self._changed(queue)
             self.state.changes.note_dirty(queue)
         self.state.announce("concurrency:cleared", {"queue": command.queue})
@@ -155,7 +154,7 @@ class QueueSettings:
         """SetStallConfig: merged into the queue's (stallInterval applies to jobs without
         their own stallTimeout; maxStalls to every stall count)."""
         queue = self._settable(command.queue)
-        queue.stall_config = {**queue.stall_config, **command.config}
+        queue.merge_stall_config(command.config)
         self._changed(queue)
         event = {"queue": queue.name, "config": command.config}
         self.state.announce("config:stall-changed", event)
@@ -176,13 +175,7 @@ class QueueSettings:
                 continue
             body = _decode(record.body)
             queue = self.state.queues.make(record.key)
-            queue.paused = body.get("paused", False)
-            queue.rate_limit = body.get("rateLimit")
-            queue.concurrency = body.get("concurrency")
-            queue.stall_config = body.get("stallConfig") or {}
-            queue.dlq_config = self._stored_dlq_config(queue, body.get("dlqConfig") or {})
-            queue.group_settings = body.get("groups") or {}
-            queue.tokens = float(queue.rate_limit or 0)
+            queue.load_settings(body, self._stored_dlq_config(queue, body.get("dlqConfig") or {}))
             if queue.dlq_config:
                 apply_dlq_config(self.state, queue, now)
             if not queue.configured():  # a record of defaults (earlier trioqs wrote them)

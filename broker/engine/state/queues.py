@@ -173,6 +173,61 @@ class QueueState:
         """Entries held by the heap and the lane, current or stale."""
         return len(self.ready) + len(self.lane)
 
+    def park(self, waiter: Waiter) -> None:
+        """A poll waits here for a job (answered by the pulls, or by its POLL timer)."""
+        self.waiters.append(waiter)
+
+    # -- settings (the queue's stored record, see settings.py) ---------------------------------
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or Resume: a paused queue starts no job."""
+        self.paused = paused
+
+    def limit_rate(self, limit: int | None, now: float) -> None:
+        """At most `limit` starts a second (None: no limit); a new limit starts full."""
+        self.rate_limit = limit
+        if limit is not None:
+            self.tokens, self.tokens_at = float(limit), now
+
+    def limit_concurrency(self, limit: int | None) -> None:
+        """At most `limit` jobs of the queue active at once (None: no limit)."""
+        self.concurrency = limit
+
+    def merge_stall_config(self, config: dict[str, Any]) -> None:
+        """SetStallConfig: `config` merged into the queue's."""
+        self.stall_config = {**self.stall_config, **config}
+
+    def merge_dlq_config(self, config: dict[str, Any]) -> None:
+        """SetDlqConfig: `config` merged into the queue's."""
+        self.dlq_config = {**self.dlq_config, **config}
+
+    def set_group(self, group: str, settings: dict[str, Any]) -> None:
+        """Store `group`'s settings (none left: the group has none stored)."""
+        if settings:
+            self.group_settings[group] = settings
+        else:
+            self.group_settings.pop(group, None)
+
+    def load_settings(self, body: dict[str, Any], dlq_config: dict[str, Any]) -> None:
+        """Settings from the queue's stored record (start-up); the rate limit starts full."""
+        self.paused = body.get("paused", False)
+        self.rate_limit = body.get("rateLimit")
+        self.concurrency = body.get("concurrency")
+        self.stall_config = body.get("stallConfig") or {}
+        self.dlq_config = dlq_config
+        self.group_settings = body.get("groups") or {}
+        self.tokens = float(self.rate_limit or 0)
+
+    def reset_settings(self) -> None:
+        """Every setting back to its default, the queue's own DLQ caps gone (Obliterate)."""
+        self.paused, self.rate_limit, self.concurrency = False, None, None
+        self.stall_config, self.dlq_config, self.group_settings = {}, {}, {}
+        self.dead_letters = None
+
+    def add_crons(self, count: int) -> None:
+        """`count` crons more (fewer, negative) push into this queue; while any do, it stays."""
+        self.crons += count
+
     # -- groups --------------------------------------------------------------------------------
 
     def group_options(self, group: str, pull: dict[str, Any] | None) -> dict[str, Any] | None:
