@@ -136,14 +136,15 @@ class Engine:
         timers = state.wheel.heap  # `wheel.next_deadline() <= now`, inline (every served poll)
         if timers and timers[0].at_ms <= now:
             self._fire_due(now)
-        if state.dirty_queues:  # (read: the change log empties it, `next_dirty`)
-            next_dirty = state.changes.next_dirty
+        changes = state.changes
+        if changes.dirty_queues:  # (read: the change log empties it, `next_dirty`)
+            next_dirty = changes.next_dirty
             while (queue := next_dirty()) is not None:
                 try:
                     self.pulls.serve_waiters(queue, now)
                 except Exception:  # named, not shown: a queue's repr holds every ready job
                     log.exception("serving the long polls of queue %s failed", queue.name)
-        if state.finished:
+        if state.observers.finished:
             try:
                 self.lifecycle.answer_job_waiters()
             except Exception:

@@ -99,7 +99,7 @@ class Broadcasts:
         counts (the first MAX_SNAPSHOT_QUEUES by name), workers and crons."""
         engine, now = self.engine, self.now_ms()
         stats = engine.admin.broker_stats(now)
-        totals = engine.state.totals
+        totals = engine.state.observers.totals
         push_rate, pull_rate = self._rates(now, totals["pushed"], totals["pulled"])
         queues: dict[str, Any] = {}
         every = engine.state.queues

@@ -103,7 +103,7 @@ def test_failing_the_deepest_leaf_of_a_tree_100k_deep_fails_its_spine() -> None:
             call(engine, cmd="MoveToWait", id=job["id"])
     assert call(engine, cmd="FAIL", id=leaf, error="boom", unrecoverable=True) == {"ok": True}
     assert counts(engine) == {"failed": DEPTH, "waiting": DEPTH - 1}
-    assert engine.state.totals["failed"] == DEPTH
+    assert engine.state.observers.totals["failed"] == DEPTH
     root = call(engine, cmd="GetJob", id=name(0))["job"]
     # A parent's reason names its child and the chain's first cause (reasons quoting each
     # other all the way down would hold gigabytes).

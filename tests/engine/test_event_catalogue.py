@@ -199,7 +199,7 @@ async def test_a_subscriber_of_the_snapshots_alone_costs_the_engine_nothing(
     subscription = app.actor.bus.subscribe(["stats:snapshot", "health:*"])
     await push(client)
     assert not app.actor.engine.state.emitting  # PUSH, PULL and ACK record nothing
-    assert app.actor.engine.state.events == []
+    assert app.actor.engine.state.observers.events == []
     await trio.sleep(5.5)
     assert [m["event"] for m in drain(subscription)] == ["stats:snapshot"]
     app.actor.bus.unsubscribe(subscription)

@@ -185,7 +185,7 @@ async def test_without_a_store_a_large_drain_keeps_no_ids(
     await trio.testing.wait_all_tasks_blocked()
     assert app.actor is not None
     state = app.actor.engine.state
-    assert (state.purges, state.purge_records, state.deleted) == ([], [], set())
+    assert (state.upkeep.purges, state.changes.records, state.changes.deleted) == ([], [], set())
 
 
 async def test_large_drain_lets_other_clients_through(
@@ -201,7 +201,7 @@ async def test_large_drain_lets_other_clients_through(
         assert (await worker.call("Drain", queue="q"))["count"] == 1000
         assert (await other.call("GetJobCounts", queue="q"))["counts"]["waiting"] == 0
         # ...while the rows are still being deleted, ten a pass, between other commands.
-        store_rows = sum(len(purge.ids) for purge in engine_state(broker).purges)
+        store_rows = sum(len(purge.ids) for purge in engine_state(broker).upkeep.purges)
         await trio.testing.wait_all_tasks_blocked()
     assert store_rows > 0
     assert [row.id for row in open_rows(broker)] == [kept]
@@ -535,10 +535,11 @@ async def test_a_graveyard_larger_than_a_slice_is_emptied_without_more_requests(
     # Nothing else is left to tidy: the graveyard alone keeps the actor running passes.
     assert app.actor is not None
     state = app.actor.engine.state
-    state.graveyard.bury([object() for _ in range(3 * DROP_SLICE + 1)])
+    state.upkeep.graveyard.bury([object() for _ in range(3 * DROP_SLICE + 1)])
     await push(client)  # one pass: one slice let go of, the rest by passes of its own
     await trio.testing.wait_all_tasks_blocked()
-    assert (state.graveyard.lots, state.untidy, state.purges) == ([], set(), [])
+    upkeep = state.upkeep
+    assert (upkeep.graveyard.lots, upkeep.untidy, upkeep.purges) == ([], set(), [])
 
 
 async def test_one_of_two_jobs_cancelled_leaves_the_heap_as_it_is(
@@ -588,13 +589,13 @@ async def test_requests_arriving_between_housekeeping_passes_are_answered(
     state = app.actor.engine.state
     clients = [await connect() for _ in range(4)]
     await push(clients[0], delay=60_000)  # a timer on the wheel
-    state.graveyard.bury([object() for _ in range(8 * DROP_SLICE + 1)])
+    state.upkeep.graveyard.bury([object() for _ in range(8 * DROP_SLICE + 1)])
     for index, client in enumerate(clients):
         await client.send({"cmd": "PUSH", "queue": "q", "data": index, "reqId": "r"})
     replies = [await client.receive() for client in clients]
     assert [reply["ok"] for reply in replies] == [True] * 4
     await trio.testing.wait_all_tasks_blocked()
-    assert state.graveyard.lots == []
+    assert state.upkeep.graveyard.lots == []
 
 
 async def test_one_of_two_delayed_jobs_cancelled_leaves_the_wheel_as_it_is(

@@ -184,7 +184,7 @@ def test_no_events_are_collected_before_anyone_listens() -> None:
     engine, sink = Engine(), Sink()
     push = {"cmd": "PUSH", "queue": "q", "data": 1}
     engine.execute(sink, decode_command(msgspec.msgpack.encode(push)), EPOCH_MS)
-    assert engine.state.events == []
+    assert engine.state.observers.events == []
 
 
 def test_a_name_decoded_again_is_the_first_copy() -> None:

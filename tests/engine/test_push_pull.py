@@ -288,7 +288,7 @@ async def test_counts_by_state(client: FrameClient) -> None:
 async def test_timed_out_polls_do_not_pile_up(client: FrameClient, app, autojump_clock) -> None:
     for _ in range(100):
         assert (await client.call("PULLB", queue="idle", count=5, timeout=1000))["jobs"] == []
-    assert len(app.actor.engine.state.queue("idle").waiters) == 0
+    assert len(app.actor.engine.state.queues.make("idle").waiters) == 0
 
 
 async def test_backoff_max_delay_is_checked_on_push_pushb_and_pushf(client: FrameClient) -> None:

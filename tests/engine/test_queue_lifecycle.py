@@ -16,7 +16,6 @@ import pytest
 import trio
 
 from broker.engine.rules import housekeeping
-from broker.engine.state import engine_state as state_module
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.queues import SWEEP_DELAY_MS
 from broker.node.app import App
@@ -199,11 +198,12 @@ async def test_a_group_rate_window_outlives_the_queue_emptying(
 async def test_finish_counts_outlive_the_queue_and_are_kept_for_at_most_max_queues() -> None:
     state = EngineState(max_queues=2)
     for n, name in enumerate(("a", "b", "c")):
-        state.telemetry.record(name, "completed", 1_800_000_000_000.0 + n * 60_000)
-    assert list(state.telemetry.queues) == ["b", "c"]  # the oldest finish went
-    state.telemetry.record("b", "completed", 1_800_000_000_000.0 + 3 * 60_000)
-    state.telemetry.record("d", "completed", 1_800_000_000_000.0 + 4 * 60_000)
-    assert list(state.telemetry.queues) == ["b", "d"]  # b finished in a later minute than c
+        state.observers.telemetry.record(name, "completed", 1_800_000_000_000.0 + n * 60_000)
+    assert list(state.observers.telemetry.queues) == ["b", "c"]  # the oldest finish went
+    state.observers.telemetry.record("b", "completed", 1_800_000_000_000.0 + 3 * 60_000)
+    state.observers.telemetry.record("d", "completed", 1_800_000_000_000.0 + 4 * 60_000)
+    # b finished in a later minute than c
+    assert list(state.observers.telemetry.queues) == ["b", "d"]
 
 
 @pytest.fixture
@@ -279,8 +279,8 @@ async def test_a_sweep_forgetting_many_queues_hands_the_heap_back(
     client: FrameClient, app: App, autojump_clock: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trims: list[int] = []
-    monkeypatch.setattr(state_module, "TRIM_AFTER", 5)
-    monkeypatch.setattr(state_module, "trim_heap", lambda: trims.append(1))
+    monkeypatch.setattr(housekeeping, "TRIM_AFTER", 5)
+    monkeypatch.setattr(housekeeping, "trim_heap", lambda: trims.append(1))
     for count in (4, 5):  # four queues forgotten: no trim; five: one
         ids = [await push(client, f"q{count}-{n}") for n in range(count)]
         for job_id in ids:

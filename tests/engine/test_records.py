@@ -199,7 +199,7 @@ def pushed_rows(count: int, batches: int = 1) -> list[JobRow]:
     broker stores them."""
     engine = Engine()
     state = engine.state
-    state.tracking = True
+    state.changes.tracking = True
     per_batch = count // batches
     for batch in range(batches):
         now = EPOCH_MS + batch * 1000.5
@@ -207,7 +207,7 @@ def pushed_rows(count: int, batches: int = 1) -> list[JobRow]:
         jobs = [{"name": "welcome", "data": {"n": batch * per_batch + n}} for n in range(per_batch)]
         engine.execute(Sink(), decode_command(msgspec.msgpack.encode(
             {"cmd": "PUSHB", "queue": "emails", "jobs": jobs})), now)  # fmt: skip
-    changed, _, _ = state.take_changes()
+    changed, _, _ = state.changes.take_changes()
     return sorted((job_to_row(job) for job in changed), key=lambda row: row.id)
 
 

@@ -173,7 +173,7 @@ async def test_jobs_of_several_queues_pushed_out_together_leave_each_queue_count
         counts = (await keeping.call("GetJobCounts", queue=queue))["counts"]
         assert (counts["completed"], sum(counts.values())) == (1, 1)
     state = engine_state(keeping_app)  # no store: nothing is kept for one to write
-    assert not state.deleted and not state.changed
+    assert not state.changes.deleted and not state.changes.changed
 
 
 async def test_a_completed_job_forgotten_leaves_its_ttl_timer_counted_stale(

@@ -95,14 +95,14 @@ class QueueAdmin:
         if start_sweep(self.bulks, self.pulls, session, command, OBLITERATE, None):
             return None
         removed = self.state.remove_many(self.state.jobs_of(command.queue))
-        queue = self.state.drop_queue_now(command.queue)
+        queue = self.state.queues.drop_now(command.queue)
         self.state.observers.telemetry.forget(command.queue)
         if queue is not None:
             self.state.upkeep.bury(queue.compact_ready())  # let go of in slices with the jobs
             self.state.changes.note_setting(queue.name)
             self.pulls.answer_empty(queue.waiters)
             if queue.crons:  # its crons stay (CronDelete removes them): so does the queue
-                self.state.queue(queue.name).crons = queue.crons
+                self.state.queues.make(queue.name).add_crons(queue.crons)
         self.state.purge_later(removed)
         self.state.announce("queue:obliterated", {"queue": command.queue})
         self.state.announce("queue:removed", {"queue": command.queue})
@@ -111,7 +111,7 @@ class QueueAdmin:
     def list_queues(self, session: ReplySink, command: cmd.ListQueues, now: float) -> Reply:
         """ListQueues: the queues that hold something, by name (one emptied in the last
         second, not forgotten yet, is not listed: it answers as a queue that does not exist)."""
-        return {"ok": True, "queues": sorted(self.state.live_queues(now))}
+        return {"ok": True, "queues": sorted(self.state.queues.live(now))}
 
     def clean(self, session: ReplySink, command: cmd.Clean, now: float) -> Reply | None:
         """Clean: remove jobs older than `grace` ms in the state named (queued by default).
@@ -227,7 +227,7 @@ class QueueAdmin:
                 command.queue, command.type, command.start, command.end
             )
             return {"ok": True, "data": view}
-        totals = self.state.totals
+        totals = self.state.observers.totals
         return {
             "ok": True,
             "metrics": {

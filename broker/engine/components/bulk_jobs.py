@@ -152,7 +152,8 @@ class PushBulk(Bulk):
             index = self.batch_ids[cycle[0]]
             raise EngineError(f"jobs[{index}]: Dependency cycle: {' -> '.join(cycle)}")
         self.groups.check(state, self.queue)
-        state.admit_queues((self.queue,))  # within --max-queues (checked at the commit point)
+        # Within --max-queues (checked at the commit point).
+        state.queues.admit((self.queue,), state.now)
         return True
 
     def _check_items(self, now: float) -> None:
@@ -470,7 +471,7 @@ class FlowBulk(Bulk):
             by_queue.setdefault(job.queue, []).append(job.input)
         for queue, items in by_queue.items():
             check_group_room(state, queue, items, batch=True)
-        state.admit_queues(by_queue)  # within --max-queues (checked at the commit point)
+        state.queues.admit(by_queue, state.now)  # within --max-queues (checked at the commit point)
         self.order = dependents_first(self.checked)
         return True
 

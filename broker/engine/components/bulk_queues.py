@@ -25,7 +25,6 @@ from broker.engine.components.bulk import Bulk, BulkRunner, Reply, encoded, raw_
 from broker.engine.sink import ReplySink
 from broker.engine.state.engine_state import EngineState
 from broker.engine.state.model import Job
-from broker.engine.state.queues import QueueState
 from protocol.bulk import SLICED_ITEMS
 
 if TYPE_CHECKING:
@@ -155,10 +154,7 @@ class SweepBulk(Bulk):
         state.observers.telemetry.forget(self.queue)
         if queue is None:
             return
-        fresh = QueueState(queue.name)
-        queue.paused, queue.rate_limit, queue.concurrency = False, None, None
-        queue.stall_config, queue.dlq_config = fresh.stall_config, fresh.dlq_config
-        queue.group_settings, queue.dead_letters = fresh.group_settings, None
+        queue.reset_settings()
         state.changes.note_setting(queue.name)
         self.pulls.answer_empty(queue.waiters)
 
@@ -202,7 +198,7 @@ class SweepBulk(Bulk):
             return
         state.upkeep.bury(queue.compact_ready())  # the removed jobs' stale entries
         if queue.idle(now):
-            state.drop_queue_now(self.queue)
+            state.queues.drop_now(self.queue)
             state.changes.note_setting(queue.name)
 
     def _announce(self, state: EngineState) -> None:

@@ -143,7 +143,7 @@ class CronScheduler:
             cron.next_run = cron.following(now, now)
             if math.isinf(cron.next_run):
                 raise EngineError("Cron schedule has no future run")
-        self.state.admit_queues((cron.queue,))
+        self.state.queues.admit((cron.queue,), self.state.now)
         for previous in (old, cron):
             self._remove_queued_run(previous, now)
         if old is not None:
@@ -167,7 +167,7 @@ class CronScheduler:
         key = None if cron is None else _overlap_key(cron)
         if cron is None or key is None:
             return
-        job_id = self.state.key_owner(UNIQUE, cron.queue, key, now)
+        job_id = self.state.keys.owner((UNIQUE, cron.queue, key), now)
         job = self.state.jobs.get(job_id) if job_id is not None else None
         if job is not None and job.name == _job_name(cron) and job.state in QUEUED_STATES:
             self.state.remove(job)
@@ -195,13 +195,13 @@ class CronScheduler:
 
     def _keep_queue(self, cron: Cron) -> None:
         """A cron now pushes into its queue: the queue is kept (made if new)."""
-        self.state.queue(cron.queue).crons += 1
+        self.state.queues.make(cron.queue).add_crons(1)
 
     def _let_queue_go(self, cron: Cron) -> None:
         """A cron no longer pushes into its queue: the queue may be idle now."""
         queue = self.state.queues[cron.queue]  # kept by the cron (Obliterate keeps it too)
-        queue.crons -= 1
-        self.state.note_emptied(queue)
+        queue.add_crons(-1)
+        self.state.queues.note_emptied(queue, self.state.now)
 
     def _cron_changed(self, name: str) -> None:
         if self.state.changes.tracking:  # only a store needs to hear of it
@@ -226,7 +226,7 @@ class CronScheduler:
             self._cron_changed(cron.name)
             return
         key = _overlap_key(cron)
-        if key is None or self.state.key_owner(UNIQUE, cron.queue, key, now) is None:
+        if key is None or self.state.keys.owner((UNIQUE, cron.queue, key), now) is None:
             job = Job(uuid7(), cron.queue, _job_name(cron), cron.data, now, now, unique_key=key)
             job.priority = cron.priority
             job.last_heartbeat = now

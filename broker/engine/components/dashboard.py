@@ -52,7 +52,7 @@ class Dashboard:
     ) -> Reply:
         """DashboardOverview: broker-wide counts and totals, workers and crons."""
         stats = self.admin.broker_stats(now)
-        totals = self.state.totals
+        totals = self.state.observers.totals
         stats.update(
             totalPushed=totals["pushed"],
             totalPulled=totals["pulled"],
@@ -84,7 +84,7 @@ class Dashboard:
                 "dlq": queue.counts[FAILED],
                 "paused": queue.paused,
             }
-            for name, queue in sorted(self.state.live_queues(now).items())
+            for name, queue in sorted(self.state.queues.live(now).items())
         ]
         return {"ok": True, "data": {"queues": queues, "timestamp": now}}
 

@@ -98,9 +98,9 @@ class DeadLetterCommands:
     def set_dlq_config(self, session: ReplySink, command: cmd.SetDlqConfig, now: float) -> Reply:
         """SetDlqConfig: merged into the queue's, stored, and applied at once to the jobs
         already in its DLQ (caps and auto retries, see dlq.py)."""
-        self.state.admit_queues((command.queue,))
-        queue = self.state.queue(command.queue)
-        queue.dlq_config = {**queue.dlq_config, **command.config}
+        self.state.queues.admit((command.queue,), self.state.now)
+        queue = self.state.queues.make(command.queue)
+        queue.merge_dlq_config(command.config)
         self.state.changes.note_setting(queue.name)
         retries_changed = any(key in command.config for key in RETRY_KEYS)
         apply_dlq_config(self.state, queue, now, retries=retries_changed)
@@ -120,7 +120,7 @@ class DeadLetterCommands:
         `expired` is 0)."""
         failed = self.state.jobs_of(command.queue, (FAILED,))
         by_reason = dict.fromkeys(DLQ_REASONS, 0)
-        config = self.state.queue(command.queue).dlq_config if failed else {}
+        config = self.state.queues.make(command.queue).dlq_config if failed else {}
         pending = 0
         for job in failed:
             by_reason[dlq_reason(job)] += 1

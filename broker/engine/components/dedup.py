@@ -36,14 +36,14 @@ class DedupKeys:
         self, session: ReplySink, command: cmd.GetDeduplicationJobId, now: float
     ) -> Reply:
         """GetDeduplicationJobId: the job holding the key, or null."""
-        owner = self.state.key_owner(UNIQUE, command.queue, command.deduplicationId, now)
+        owner = self.state.keys.owner((UNIQUE, command.queue, command.deduplicationId), now)
         return {"ok": True, "data": {"jobId": owner}}
 
     def remove_dedup_key(
         self, session: ReplySink, command: cmd.RemoveDeduplicationKey, now: float
     ) -> Reply:
         """RemoveDeduplicationKey: 1 when a job held the key (it no longer does), else 0."""
-        owner = self.state.key_owner(UNIQUE, command.queue, command.deduplicationId, now)
+        owner = self.state.keys.owner((UNIQUE, command.queue, command.deduplicationId), now)
         if owner is None:
             return {"ok": True, "data": {"count": 0}}
         self._drop_unique_key(command.queue, command.deduplicationId, owner)
@@ -57,7 +57,7 @@ class DedupKeys:
         key = job.unique_key if job is not None else None
         held = False
         if job is not None and key is not None:
-            held = self.state.key_owner(UNIQUE, job.queue, key, now) == job.id
+            held = self.state.keys.owner((UNIQUE, job.queue, key), now) == job.id
             if held:
                 self._drop_unique_key(job.queue, key, job.id)
         return {"ok": True, "data": {"removed": held}}

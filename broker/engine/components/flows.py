@@ -75,7 +75,7 @@ class Flows:
             by_queue.setdefault(node.queue, []).append(node.input)
         for queue, items in by_queue.items():
             check_group_room(self.state, queue, items, batch=True)
-        self.state.admit_queues(by_queue)
+        self.state.queues.admit(by_queue, self.state.now)
         jobs = [job_from_push(node.input, node.queue, node.id, None, now) for node in nodes]
         for job in jobs:
             self.state.add(job, now)

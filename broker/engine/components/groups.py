@@ -59,20 +59,18 @@ class Groups:
         if queue is None:
             if value is None:
                 return False
-            self.state.admit_queues((command.queue,))
-            queue = self.state.queue(command.queue)
+            self.state.queues.admit((command.queue,), self.state.now)
+            queue = self.state.queues.make(command.queue)
         settings = queue.group_settings.get(command.groupId, {})
         before = settings.get(key)
         if value is None:
             settings.pop(key, None)
         else:
             settings[key] = value
-        if settings:
-            queue.group_settings[command.groupId] = settings
-        else:
-            queue.group_settings.pop(command.groupId, None)
+        queue.set_group(command.groupId, settings)
         self.state.changes.note_setting(queue.name)
-        self.state.note_emptied(queue)  # its last setting undone, it may hold nothing
+        # Its last setting undone, it may hold nothing.
+        self.state.queues.note_emptied(queue, self.state.now)
         self.state.changes.note_dirty(queue)  # a lifted limit may serve parked pulls
         return before != value
 

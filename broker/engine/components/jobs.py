@@ -91,7 +91,7 @@ class JobCommands:
         """PUSH: idempotent on jobId, deduplicated on uniqueKey/debounceId (keys.py),
         dependencies must exist."""
         if command.queue not in self.state.queues:  # a new queue: within --max-queues?
-            self.state.admit_queues((command.queue,))
+            self.state.queues.admit((command.queue,), self.state.now)
         if command.optionsGiven or command.jobId is not None:  # a plain job has nothing to check
             existing = self._admit(command, now)
             if existing is not None:
@@ -124,7 +124,7 @@ class JobCommands:
         # them all (customIds are never empty: an empty one is None).
         if any(map(_options_given, items)) or any(map(_custom_id, items)):
             self._check_items(queue, items, now)
-        self.state.admit_queues((queue,))
+        self.state.queues.admit((queue,), self.state.now)
         return {"ok": True, "ids": self.add_batch(queue, items, now)}
 
     def _check_items(self, queue: str, items: list[cmd.PushItem], now: float) -> None:
@@ -197,7 +197,7 @@ class JobCommands:
         if custom_id is not None and custom_id in state.jobs:
             return custom_id
         key = fields.uniqueKey
-        owner = None if key is None else state.key_owner(UNIQUE, queue, key, now)
+        owner = None if key is None else state.keys.owner((UNIQUE, queue, key), now)
         if key is not None and owner is not None:
             dedup = fields.dedup
             held = state.jobs.get(owner)
@@ -206,11 +206,11 @@ class JobCommands:
                 return None
             ttl = dedup["ttl"]
             if dedup["extend"] and ttl:
-                state.extend_key(UNIQUE, queue, key, owner, now + ttl)
+                state.keys.take((UNIQUE, queue, key), owner, now + ttl)
             return owner
         debounce = fields.debounceId
         if debounce is not None:
-            return state.key_owner(DEBOUNCE, queue, debounce, now)
+            return state.keys.owner((DEBOUNCE, queue, debounce), now)
         return None
 
     def check_dependencies(self, depends_on: Iterable[str], batch_ids: Container[str]) -> None:
@@ -264,7 +264,7 @@ class JobCommands:
         """dedup `replace` of the job holding `key` now: refused while live jobs wait for it,
         or the batch's items up to the replacing one name it (`named(id)`)."""
         state = self.state
-        owner = state.key_owner(UNIQUE, queue, key, state.now)
+        owner = state.keys.owner((UNIQUE, queue, key), state.now)
         held = state.jobs.get(owner) if owner is not None else None
         if held is None or held.state not in NOT_STARTED:
             return

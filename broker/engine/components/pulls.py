@@ -76,7 +76,7 @@ class Pulls:
             if queue is not None:
                 drop_answered(queue.waiters)
                 if not any(queue.counts.values()):
-                    self.state.note_emptied(queue)
+                    self.state.queues.note_emptied(queue, self.state.now)
 
     def answer_parked(self) -> None:
         """Answer every parked long poll with no job (the broker is shutting down)."""
@@ -95,8 +95,8 @@ class Pulls:
         if queue is None:  # nothing to claim: answer empty now, or make the queue to park
             if not command.timeout:
                 return self._pulled(command, batch, [], [])
-            state.admit_queues((command.queue,))
-            queue = state.queue(command.queue)
+            state.queues.admit((command.queue,), state.now)
+            queue = state.queues.make(command.queue)
         if queue.has_ready():
             jobs, tokens = self._claim(queue, session, command, count, now)
         else:
@@ -105,7 +105,7 @@ class Pulls:
             return self._pulled(command, batch, jobs, tokens)
         # Only a poll that parks becomes a Waiter (most PULLs of a busy queue are served now).
         waiter = Waiter(session, command.reqId, command, count, batch)
-        queue.waiters.append(waiter)
+        queue.park(waiter)
         state.wheel.schedule(now + command.timeout, POLL, waiter)
         return None
 

@@ -3,7 +3,7 @@
 The settings live on each QueueState (PULL reads them there); this component is the only
 writer of the queue-level ones, and the one that stores every queue's settings record (with
 the dead-letter and group settings, which deadletters.py and groups.py set and mark changed in
-`EngineState.changed_settings`). Stored as records, so they survive a restart.
+`ChangeLog.changed_settings`). Stored as records, so they survive a restart.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class QueueSettings:
         self.state = state
         # The queues whose settings changed since the last `take_writes` (stored.py): the
         # state's set, since other components change settings too (groups, DLQ, admin).
-        self.unstored = state.changed_settings
+        self.unstored = state.changes.changed_settings
 
     def routes(self) -> Routes:
         """The commands this component answers."""
@@ -73,18 +73,18 @@ class QueueSettings:
 
     def _settable(self, name: str) -> QueueState:
         """The queue a setting is given to, made if new (within --max-queues)."""
-        self.state.admit_queues((name,))
-        return self.state.queue(name)
+        self.state.queues.admit((name,), self.state.now)
+        return self.state.queues.make(name)
 
     def _changed(self, queue: QueueState) -> None:
         """A setting of `queue` changed: store it; one undone may leave the queue idle."""
         self.state.changes.note_setting(queue.name)
-        self.state.note_emptied(queue)
+        self.state.queues.note_emptied(queue, self.state.now)
 
     def pause(self, session: ReplySink, command: cmd.Pause, now: float) -> Reply:
         """Pause: pulls get nothing from this queue until Resume (pushes still land)."""
         queue = self._settable(command.queue)
-        queue.paused = True
+        queue.set_paused(True)
         self._changed(queue)
         self.state.announce("queue:paused", {"queue": queue.name})
         return {"ok": True}
@@ -94,7 +94,7 @@ class QueueSettings:
         paused: nothing to do)."""
         queue = self.state.queues.get(command.queue)
         if queue is not None:
-            queue.paused = False
+            queue.set_paused(False)
             self._changed(queue)
             self.state.changes.note_dirty(queue)
         self.state.announce("queue:resumed", {"queue": command.queue})
@@ -108,8 +108,7 @@ class QueueSettings:
     def rate_limit(self, session: ReplySink, command: cmd.RateLimit, now: float) -> Reply:
         """RateLimit: at most `limit` jobs of the queue start per second."""
         queue = self._settable(command.queue)
-        queue.rate_limit = command.limit
-        queue.tokens, queue.tokens_at = float(command.limit), now
+        queue.limit_rate(command.limit, now)
         self._changed(queue)
         # trioq's rate limit is per second: the reference's event names that window
         event = {"queue": queue.name, "max": command.limit, "duration": 1000}
@@ -122,7 +121,7 @@ class QueueSettings:
         """RateLimitClear."""
         queue = self.state.queues.get(command.queue)
         if queue is not None:
-            queue.rate_limit = None
+            queue.limit_rate(None, now)
             self._changed(queue)
             self.state.changes.note_dirty(queue)
         self.state.announce("ratelimit:cleared", {"queue": command.queue})
@@ -131,7 +130,7 @@ class QueueSettings:
     def set_concurrency(self, session: ReplySink, command: cmd.SetConcurrency, now: float) -> Reply:
         """SetConcurrency: at most `limit` jobs of the queue active at once."""
         queue = self._settable(command.queue)
-        queue.concurrency = command.limit
+        queue.limit_concurrency(command.limit)
         self._changed(queue)
         self.state.changes.note_dirty(queue)
         event = {"queue": queue.name, "concurrency": command.limit}
@@ -144,7 +143,7 @@ class QueueSettings:
         """ClearConcurrency."""
         queue = self.state.queues.get(command.queue)
         if queue is not None:
-            queue.concurrency = None
+            queue.limit_concurrency(None)
             self._changed(queue)
             self.state.changes.note_dirty(queue)
         self.state.announce("concurrency:cleared", {"queue": command.queue})
@@ -156,7 +155,7 @@ class QueueSettings:
         """SetStallConfig: merged into the queue's (stallInterval applies to jobs without
         their own stallTimeout; maxStalls to every stall count)."""
         queue = self._settable(command.queue)
-        queue.stall_config = {**queue.stall_config, **command.config}
+        queue.merge_stall_config(command.config)
         self._changed(queue)
         event = {"queue": queue.name, "config": command.config}
         self.state.announce("config:stall-changed", event)
@@ -176,14 +175,8 @@ class QueueSettings:
             if record.kind != QUEUE:
                 continue
             body = _decode(record.body)
-            queue = self.state.queue(record.key)
-            queue.paused = body.get("paused", False)
-            queue.rate_limit = body.get("rateLimit")
-            queue.concurrency = body.get("concurrency")
-            queue.stall_config = body.get("stallConfig") or {}
-            queue.dlq_config = self._stored_dlq_config(queue, body.get("dlqConfig") or {})
-            queue.group_settings = body.get("groups") or {}
-            queue.tokens = float(queue.rate_limit or 0)
+            queue = self.state.queues.make(record.key)
+            queue.load_settings(body, self._stored_dlq_config(queue, body.get("dlqConfig") or {}))
             if queue.dlq_config:
                 apply_dlq_config(self.state, queue, now)
             if not queue.configured():  # a record of defaults (earlier trioqs wrote them)

@@ -24,7 +24,6 @@ from broker.engine.state.model import (
     WAITING_CHILDREN,
     Job,
 )
-from broker.engine.state.queues import QueueState
 from broker.engine.state.retention import RETENTION, Retention, expire_retained
 
 MAX_BACKOFF_MS = 3_600_000
@@ -70,7 +69,6 @@ class TimedState(DeadLetterState, Protocol):
     transitions a timer can cause."""
 
     jobs: dict[str, Job]
-    queues: dict[str, QueueState]
     keys: KeyRegistry
     completed: Retention
 
@@ -92,10 +90,6 @@ class TimedState(DeadLetterState, Protocol):
 
     def emit(self, kind: str, job: Job, **extra: Any) -> None:
         """Record a job event."""
-        ...
-
-    def sweep_queues(self, now: float) -> None:
-        """Forget the queues noted as emptied that are idle."""
         ...
 
 
@@ -146,7 +140,7 @@ def _stall_interval(state: TimedState, job: Job) -> float | None:
     """The job's stallTimeout, else a stallInterval its queue was configured with."""
     if job.opts.stall_timeout is not None and job.opts.stall_timeout > 0:
         return job.opts.stall_timeout
-    config = state.queue(job.queue).stall_config
+    config = state.queues.make(job.queue).stall_config
     if config and config.get("enabled", True) and config.get("stallInterval"):
         return float(config["stallInterval"])
     return None
@@ -232,7 +226,7 @@ def _apply_timer(state: TimedState, timer: Any, now: float) -> tuple[str, Any, A
         if job.state in (WAITING, PRIORITIZED, DELAYED, WAITING_CHILDREN):
             state.fail(job, now, TTL_REASON, job.opts.remove_on_fail)
     elif timer.kind == QUEUE_SWEEP:
-        state.sweep_queues(now)
+        state.queues.sweep_idle(now)
     else:
         return (timer.kind, timer.target, timer.token)
     return None
@@ -268,7 +262,7 @@ def _count_stall(state: TimedState, job: Job, now: float, reason: str) -> None:
     job.attempts += 1
     job.stall_count += 1
     state.emit("stalled", job, stallCount=job.stall_count)
-    if job.stall_count >= state.queue(job.queue).stall_config.get("maxStalls", MAX_STALLS):
+    if job.stall_count >= state.queues.make(job.queue).stall_config.get("maxStalls", MAX_STALLS):
         state.fail(job, now, f"{reason} {job.stall_count} times", job.opts.remove_on_fail)
     else:
         state.requeue(job, now)

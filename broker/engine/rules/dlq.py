@@ -21,7 +21,7 @@ import math
 from typing import Any, Protocol
 
 from broker.engine.state.model import FAILED, Job
-from broker.engine.state.queues import QueueState
+from broker.engine.state.queues import Queues, QueueState
 from broker.engine.state.retention import Forgetting, Retention, expire_retained, retain
 
 DLQ_RETRY = "dlq-retry"
@@ -45,10 +45,7 @@ class DeadLetterState(Forgetting, Protocol):
     """What the dead-letter rules touch of EngineState."""
 
     failed: Retention
-
-    def queue(self, name: str) -> QueueState:
-        """The queue, created on first use."""
-        ...
+    queues: Queues
 
     def revive(self, job: Job, now: float) -> bool:
         """A finished job back to waiting with a fresh budget."""
@@ -83,7 +80,7 @@ def auto_retry(state: DeadLetterState, job: Job, finish: int, now: float) -> Non
     failure and its retry is due under the queue's current settings."""
     if job.state != FAILED or job.retained_seq != finish:
         return
-    due = auto_retry_due(state.queue(job.queue).dlq_config, job)
+    due = auto_retry_due(state.queues.make(job.queue).dlq_config, job)
     if due is None or due > now:  # switched off, or moved later by a new setting
         return
     if job.ttl and now >= job.created_at + job.ttl:

@@ -150,7 +150,7 @@ class Upkeep:
 
     def __init__(self, changes: ChangeLog) -> None:
         self._changes = changes
-        # The containers are emptied in place, never replaced (EngineState shows them).
+        # The containers are emptied in place, never replaced (the actor reads them here).
         self.untidy: set[Any] = set()
         self.graveyard = Graveyard()
         self.purges: list[Purge] = []
@@ -203,6 +203,12 @@ class Upkeep:
         while self.purges and budget > 0:
             budget -= self.advance(self.purges[0], budget)
         self.graveyard.drop_slice(drop_slice)
+
+    def freed(self, count: int) -> None:
+        """`count` queues were just forgotten at once (a sweep): past TRIM_AFTER, the memory
+        freed in bulk is given back."""
+        if count >= TRIM_AFTER:
+            trim_heap()
 
     def resume(self, purges: list[Purge]) -> None:
         """Large removals the broker stopped in the middle of go on."""

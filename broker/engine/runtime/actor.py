@@ -349,7 +349,8 @@ class EngineActor:
         timers = state.wheel.heap
         # `wheel.next_deadline() < armed or state.housekeeping_due()`, inline (every request).
         earlier = timers and timers[0].at_ms < armed
-        if earlier or state.untidy or state.purges or state.graveyard.lots or self._running:
+        upkeep = state.upkeep
+        if earlier or upkeep.untidy or upkeep.purges or upkeep.graveyard.lots or self._running:
             self._armed_deadline = None
             self.inbox.send_nowait(Wake())
         return True
@@ -406,7 +407,8 @@ class EngineActor:
         # find no parked poll to serve, no finished job and no deadline passed. The timer
         # check reads the wheel's heap inline: this runs for every pass.
         timers = state.wheel.heap
-        if state.dirty_queues or state.finished or (timers and timers[0].at_ms <= now):
+        changes, observers = state.changes, state.observers
+        if changes.dirty_queues or observers.finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
         if self._running:  # a slice after the items; what it releases runs in this loop too
             items = [*items, ADVANCE]
@@ -435,12 +437,13 @@ class EngineActor:
             elif item is ADVANCE:
                 items += self._bulks.advance(now)  # (a list of this pass's own)
         timers = state.wheel.heap  # `compact` may have replaced the list
-        finished = state.finished
+        finished = observers.finished
         if finished and not engine.lifecycle.job_waiters:
-            finished.clear()  # `answer_job_waiters` with nobody waiting, inline (every ACK)
-        if state.dirty_queues or finished or (timers and timers[0].at_ms <= now):
+            observers.drop_finished()  # `answer_job_waiters` with nobody waiting (every ACK)
+        if changes.dirty_queues or finished or (timers and timers[0].at_ms <= now):
             engine.tick(now)
-        if state.untidy or state.purges or state.graveyard.lots:  # `housekeeping_due`, inline
+        upkeep = state.upkeep
+        if upkeep.untidy or upkeep.purges or upkeep.graveyard.lots:  # `housekeeping_due`, inline
             state.housekeep()
         if self.on_pass is not None:
             self.on_pass(commands)

@@ -84,11 +84,12 @@ class CommitPipeline:
         if not any(self._unstored):
             # Jobs only (a pass of pushes, pulls or acks): no record component is asked for
             # writes that it does not have.
-            if not (state.changed or state.deleted):
+            changes = state.changes
+            if not (changes.changed or changes.deleted):
                 return None
-            jobs, deleted, sync = state.take_changes()
+            jobs, deleted, sync = changes.take_changes()
             return [job_to_row(job) for job in jobs], deleted, sync, (), ()
-        changed, deleted, sync = state.take_changes()
+        changed, deleted, sync = state.changes.take_changes()
         records: list[Any] = []
         record_deletes: list[tuple[str, str]] = []
         for component in self.stored:

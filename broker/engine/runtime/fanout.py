@@ -1,7 +1,7 @@
 """Fan-out: a stored pass's replies to their clients, then its events to their listeners.
 
 During a pass every reply is staged in its session (`ReplySink.stage_reply`) and every job
-event in `EngineState.events`; nothing leaves before the pass's commit has returned (a client
+event in the observers' `events`; nothing leaves before the pass's commit has returned (a client
 never hears `ok` for a change that is not stored). Then `send_replies` sends them, on the loop.
 A pass committed on a worker thread (commits.py) has its replies and events detached instead
 (`detach`), and released once its commit returns (`release`).
@@ -40,8 +40,9 @@ class Fanout:
             session.send_staged()
         outbox.clear()
         state = self.state
-        if state.events:
-            self.publish(state.events)
+        observers = state.observers
+        if observers.events:
+            self.publish(observers.take_events())
         else:  # `publish` with nothing to publish, inline: most passes emit no event
             state.emitting = self.bus.listening()
 
@@ -51,9 +52,7 @@ class Fanout:
         outbox = self.outbox
         releases = [session.take_staged() for session in outbox]
         outbox.clear()
-        events = list(self.state.events)
-        self.state.events.clear()
-        return releases, events
+        return releases, self.state.observers.take_events()
 
     def release(self, releases: list[Callable[[], None]], events: list[Any]) -> None:
         """Send a stored pass's detached replies, then publish its events (as `send_replies`)."""

@@ -1,6 +1,6 @@
 """What a component that keeps records in the store offers the actor.
 
-Jobs are rows (`EngineState.take_changes`); everything else the broker keeps across a restart
+Jobs are rows (`ChangeLog.take_changes`); everything else the broker keeps across a restart
 is a record (`store.Record`: a kind, a key, a body): crons, queue settings, webhooks, and the
 tombstones of large removals and large commands in progress. Each component that keeps records
 implements `StoresRecords`, and `Engine.stored` lists them, so the actor's commit pipeline
@@ -49,17 +49,17 @@ class StoresRecords(Protocol):
 class WorkInProgress:
     """The records of work cut into slices that a restart resumes: large removals (`Purge`,
     housekeeping.py) and large commands (`BulkRunner`, bulk.py). Both queue their record
-    changes in `EngineState.purge_records`, so one object stores them."""
+    changes in the change log's `records`, so one object stores them."""
 
     def __init__(self, state: EngineState, bulks: BulkRunner) -> None:
         self.state = state
         self.bulks = bulks
-        # Tombstones and bulk records to write or delete (`take_purge_writes` empties it).
-        self.unstored = state.purge_records
+        # Tombstones and bulk records to write or delete (`ChangeLog.take_records` empties it).
+        self.unstored = state.changes.records
 
     def take_writes(self) -> RecordWrites:
         """Tombstones and bulk records to write and to delete since the last commit."""
-        return self.state.take_purge_writes()
+        return self.state.changes.take_records()
 
     def restore(self, records: list[Record], now: float) -> None:
         """Removals cut short go on (their rows were skipped at load, see startup.py), and so

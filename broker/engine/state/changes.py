@@ -6,8 +6,8 @@ as purge tombstones and bulk markers) and taken by the actor as one transaction.
 parked pulls may now be served (`dirty_queues`) are noted here too: like the rest, they are
 what the pass leaves for the actor to act on after the commands.
 
-The containers are never replaced, only emptied in place: EngineState shows them to the actor
-under their old names (`state.changed`, `state.dirty_queues`...), and those must stay current.
+The containers are never replaced, only emptied in place: the actor and the record components
+read them here (`state.changes.changed`, `state.changes.dirty_queues`...) and may hold them.
 """
 
 from __future__ import annotations

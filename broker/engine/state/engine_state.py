@@ -7,11 +7,12 @@ per-queue counts exact, and the structures that depend on a state (ready heap, t
 lease, holder) are updated next to it. Handlers check everything first and mutate after, so an
 error leaves state untouched.
 
-Owners. EngineState owns the jobs, queues, keys, timer wheel, retention and connection
-holdings, and holds the owners of the rest, each changing only its own fields: the change log
-(changes.py: store writes, dirty queues), the dependencies (dependencies.py: waiting edges,
-remembered done ids), the observers (observers.py: events, finished jobs, totals, latency
-hooks) and the upkeep (housekeeping.py). Restoring is a function (restore.py).
+Owners. EngineState owns the jobs, keys, timer wheel, retention and connection holdings, and
+holds the owners of the rest, each changing only its own fields: the queues (queues.py:
+`Queues`, the map of queues with its cap and sweep), the change log (changes.py: store writes,
+dirty queues), the dependencies (dependencies.py: waiting edges, remembered done ids), the
+observers (observers.py: events, finished jobs, totals, latency hooks) and the upkeep
+(housekeeping.py). Restoring is a function (restore.py).
 
 Retention (rules in deadlines.py, with everything else the timer wheel drives). Completed and
 failed jobs are kept (for GetJob, GetResult, jobId idempotency and
@@ -21,22 +22,20 @@ the store), driven by the timer wheel rather than a sweep.
 Queues. A queue exists while it holds something (a job in any state, a parked poll, a setting,
 a cron, an open group rate window: `QueueState.idle`). A read never makes one; a write that
 would (a push, a setting, a poll that parks) is refused past `max_queues` before anything
-changes (`admit_queues`). Whatever may leave a queue empty notes it (`note_emptied`), and a
-QUEUE_SWEEP timer SWEEP_DELAY_MS later forgets those still idle.
+changes (`Queues.admit`). Whatever may leave a queue empty notes it (`Queues.note_emptied`),
+and a QUEUE_SWEEP timer SWEEP_DELAY_MS later forgets those still idle (`Queues.sweep_idle`).
 
 Persistence. With the change log tracking, every job that enters a state (or renews its
-lease) is recorded in `changed` and every forgotten one in `deleted`; the actor writes both
-once per pass.
+lease) is recorded in its `changed` and every forgotten one in its `deleted`; the actor
+writes both once per pass.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from broker.engine.errors import EngineError
 from broker.engine.rules.deadlines import (
     KEY_EXPIRY,
     LEASE,
@@ -53,10 +52,8 @@ from broker.engine.rules.dlq import enter_dead_letters
 from broker.engine.rules.housekeeping import (
     DROP_SLICE,
     PURGE_SLICE,
-    TRIM_AFTER,
     Purge,
     Upkeep,
-    trim_heap,
     worth_compacting,
 )
 from broker.engine.sink import ReplySink
@@ -80,7 +77,7 @@ from broker.engine.state.model import (
     Job,
 )
 from broker.engine.state.observers import Observers
-from broker.engine.state.queues import MAX_QUEUES, SWEEP_DELAY_MS, QueueState, QueueSweep
+from broker.engine.state.queues import MAX_QUEUES, Queues, QueueState
 from broker.engine.state.restore import restore
 from broker.engine.state.retention import (
     Retention,
@@ -89,7 +86,6 @@ from broker.engine.state.retention import (
     next_finish,
     retain,
 )
-from broker.engine.state.telemetry import QueueTelemetry
 from broker.engine.state.timers import TimerWheel
 
 RESTORE_SLICE = 10_000
@@ -126,9 +122,8 @@ class EngineState:
         # At most 30 attributes: past 30 CPython 3.11 stops sharing the instance's keys and
         # every `self.<name>` read is slower (measured with 31: +1.9k instructions a PUSH).
         self.jobs: dict[str, Job] = {}
-        self.queues: dict[str, QueueState] = {}
-        self.keys = KeyRegistry()
-        self.wheel = TimerWheel()
+        self.wheel = wheel = TimerWheel()
+        self.keys = KeyRegistry(wheel, KEY_EXPIRY)
         self.completed = Retention(COMPLETED, keep_completed, keep_completed_ms)
         self.failed = Retention(FAILED, keep_failed, keep_failed_ms)
         self._seq = itertools.count()
@@ -139,31 +134,16 @@ class EngineState:
         self.now = 0.0
         # The timeline of the job that last entered its first state (see `_record`).
         self._first_entry: tuple[Any, ...] = ("", 0.0, None)
-        # The cap on queues and the queues that may have emptied (see the module docstring).
-        self.sweep = QueueSweep(max_queues)
         # The owners of the rest; each changes only its own fields.
         self.changes = changes = ChangeLog()
         self.deps = Dependencies(self.jobs)
-        self.observers = observers = Observers(max_queues)
+        self.observers = Observers(max_queues)
         self.upkeep = upkeep = Upkeep(changes)
-        # What the actor reads after a pass, shown under the names it reads (the very
-        # containers of their owners, which empty them in place and never replace them).
-        self.dirty_queues = changes.dirty_queues
-        self.changed = changes.changed
-        self.deleted = changes.deleted
-        self.changed_settings = changes.changed_settings
-        self.purge_records = changes.records
-        self.finished = observers.finished
-        self.events = observers.events
-        self.untidy = upkeep.untidy
-        self.purges = upkeep.purges
-        self.graveyard = upkeep.graveyard
+        # The queues by name, with their cap and sweep (see the module docstring).
+        self.queues = Queues(max_queues, wheel, QUEUE_SWEEP, changes, upkeep)
         # Whether job events are recorded (someone listens): set by the actor for each pass,
         # like `now`; the events go to the observers.
         self.emitting = False
-        # The change log's takers, under the names the actor calls (no second call).
-        self.take_changes = changes.take_changes
-        self.take_purge_writes = changes.take_records
 
     def emit(self, kind: str, job: Job, **extra: Any) -> None:
         """Record a job event for the subscribers and webhooks (cheap when nobody listens)."""
@@ -176,107 +156,7 @@ class EngineState:
         if self.emitting:
             self.observers.record((name, None, data))
 
-    @property
-    def tracking(self) -> bool:
-        """Whether changes are noted for the store (the change log's switch)."""
-        return self.changes.tracking
-
-    @tracking.setter
-    def tracking(self, on: bool) -> None:
-        self.changes.tracking = on
-
-    @property
-    def totals(self) -> dict[str, int]:
-        """Jobs pushed, pulled, completed and failed since the start (the observers')."""
-        return self.observers.totals
-
-    @property
-    def telemetry(self) -> QueueTelemetry:
-        """Per-queue minute counts (the observers')."""
-        return self.observers.telemetry
-
-    @property
-    def dependents(self) -> dict[str, list[str]]:
-        """The ids of the jobs waiting for each id (the dependencies')."""
-        return self.deps.dependents
-
-    @property
-    def done_ids(self) -> Mapping[str, None]:
-        """Ids of completed jobs no longer held (the dependencies')."""
-        return self.deps.done_ids
-
     # -- lookups -------------------------------------------------------------------------------
-
-    def queue(self, name: str) -> QueueState:
-        """The state of queue `name`, created on first use (a command that would create it
-        for a client checks `admit_queues` first; reads use `queues.get`)."""
-        queue = self.queues.get(name)
-        if queue is None:
-            queue = self.queues[name] = QueueState(name)
-        return queue
-
-    def admit_queues(self, names: Iterable[str]) -> None:
-        """Refuse, before anything changes, a command that would make the queues past
-        `max_queues` exist (idle queues not yet swept are forgotten first, to make room)."""
-        queues = self.queues
-        names = set(names)  # (not `names - queues.keys()`: that copies every queue's name)
-        limit = self.sweep.limit
-        if len(queues) + sum(name not in queues for name in names) <= limit:
-            return
-        self.sweep_queues(self.now)  # (it may forget one of `names`, idle: counted again)
-        new = sorted(name for name in names if name not in queues)
-        if len(queues) + len(new) > limit:
-            what = f"queue {new[0]!r}" if len(new) == 1 else f"{len(new)} queues"
-            raise EngineError(
-                f"Queue limit reached: creating {what} would pass --max-queues ({limit})"
-            )
-
-    def drop_queue_now(self, name: str) -> QueueState | None:
-        """Forget queue `name` at once, whatever it holds (Obliterate's end); returns it."""
-        return self.queues.pop(name, None)
-
-    def live_queues(self, now: float) -> dict[str, QueueState]:
-        """The queues that hold something (those idle are about to be forgotten)."""
-        return {name: queue for name, queue in self.queues.items() if not queue.idle(now)}
-
-    def note_emptied(self, queue: QueueState) -> None:
-        """`queue` may hold nothing now: the next sweep looks at it (one is armed if none is)."""
-        sweep = self.sweep
-        sweep.emptied.add(queue)
-        if sweep.due == math.inf:
-            sweep.due = self.now + SWEEP_DELAY_MS
-            self.wheel.schedule(sweep.due, QUEUE_SWEEP, sweep)
-
-    def sweep_queues(self, now: float) -> None:
-        """Forget the queues noted as emptied that are idle (the QUEUE_SWEEP timer). One kept
-        only by a group rate window still open is looked at again when the window closes."""
-        sweep = self.sweep
-        if sweep.due <= now:  # its timer came (or is about to): none is armed after this
-            sweep.due = math.inf
-        emptied, sweep.emptied = sweep.emptied, set()
-        later = math.inf
-        dropped = 0
-        for queue in emptied:
-            if self.queues.get(queue.name) is not queue:
-                continue  # obliterated since (or obliterated and made again)
-            if queue.idle(now):
-                self._drop_queue(queue)
-                dropped += 1
-            elif queue.windows_until > now and queue.idle(queue.windows_until):
-                sweep.emptied.add(queue)
-                later = min(later, queue.windows_until)
-        if dropped >= TRIM_AFTER:  # memory freed in bulk: give it back (see housekeeping.py)
-            trim_heap()
-        if later < sweep.due:
-            sweep.due = later
-            self.wheel.schedule(later, QUEUE_SWEEP, sweep)
-
-    def _drop_queue(self, queue: QueueState) -> None:
-        """Forget an idle queue; its stale heap entries are let go of in slices."""
-        del self.queues[queue.name]
-        self.upkeep.bury(queue.compact_ready())
-        self.changes.forget_queue(queue)
-        self.upkeep.tidied(queue)
 
     def jobs_of(self, queue: str, states: Iterable[str] | None = None) -> list[Job]:
         """The jobs of `queue` (in the given states, else all), in the order they were added."""
@@ -286,30 +166,6 @@ class EngineState:
             for job in self.jobs.values()
             if job.queue == queue and (wanted is None or job.state in wanted)
         ]
-
-    def key_owner(self, kind: str, queue: str, key: str, now: float) -> str | None:
-        """The id of the job holding a unique or debounce key in `queue`, if any."""
-        return self.keys.owner((kind, queue, key), now)
-
-    def extend_key(self, kind: str, queue: str, key: str, job_id: str, until: float) -> None:
-        """Restart a held key's window (dedup `extend`)."""
-        self._take_key((kind, queue, key), job_id, until)
-
-    def _take_key(self, key: Any, job_id: str, until: float) -> None:
-        self.keys.take(key, job_id, until)
-        if until != math.inf:
-            self.wheel.schedule(until, KEY_EXPIRY, (key, job_id, until))
-
-    def take_keys(self, job: Job, since: float) -> None:
-        """Take the unique and debounce keys of `job`, their windows from `since`."""
-        if job.opts.unique_key is not None:
-            ttl = job.opts.dedup_ttl
-            until = since + ttl if ttl else math.inf
-            self._take_key((UNIQUE, job.queue, job.opts.unique_key), job.id, until)
-        if job.opts.debounce_id is not None:
-            ttl = job.opts.debounce_ttl
-            until = since + ttl if ttl else math.inf
-            self._take_key((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, until)
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -340,7 +196,7 @@ class EngineState:
                 name = job.queue
                 queue = queues.get(name)
                 if queue is None:
-                    queue = self.queue(name)
+                    queue = self.queues.make(name)
                 counts = queue.counts
             old = job.state
             group = job.opts.group_id
@@ -375,7 +231,7 @@ class EngineState:
         the job's queue."""
         queue = self.queues.get(job.queue)
         if queue is None:
-            queue = self.queue(job.queue)
+            queue = self.queues.make(job.queue)
         old = job.state
         group = job.opts.group_id
         if old:
@@ -478,8 +334,9 @@ class EngineState:
 
     def add(self, job: Job, now: float) -> None:
         """Register a new job and place it by its dependencies and run time."""
-        if self.purges:
-            self.upkeep.finish_purges_of(job.id)
+        upkeep = self.upkeep
+        if upkeep.purges:
+            upkeep.finish_purges_of(job.id)
         self.jobs[job.id] = job
         deps = self.deps
         if deps.done_ids:
@@ -489,7 +346,7 @@ class EngineState:
         # are read from `opts` directly (`job.ttl` and the others are property calls).
         opts = job.opts
         if opts.unique_key is not None or opts.debounce_id is not None:
-            self.take_keys(job, now)
+            self.keys.take_job_keys(job, now)
         if opts.ttl:
             arm_ttl(self, job)
         observers = self.observers
@@ -707,7 +564,7 @@ class EngineState:
         if job.opts.unique_key is not None:
             key = (UNIQUE, job.queue, job.opts.unique_key)
             if self.keys.owner(key, now) is None:
-                self._take_key(key, job.id, math.inf)
+                self.keys.take(key, job.id)
         self.wait_for_dependencies(job, now)  # a dependency may still be unfinished
         return True
 
@@ -716,7 +573,7 @@ class EngineState:
         if self.jobs.get(job.id) is not job:
             return
         self._end_activity(job)
-        self._free_keys(job)
+        self.keys.free_job_keys(job)
         self.forget(job)
         self.emit("removed", job)
 
@@ -747,7 +604,7 @@ class EngineState:
                 continue
             if queue is None or queue.name != job.queue:
                 self._settle_removed(queue, counts, stale_entries)
-                queue, counts, stale_entries = self.queue(job.queue), {}, 0
+                queue, counts, stale_entries = self.queues.make(job.queue), {}, 0
             counts[state] = counts.get(state, 0) + 1
             if state == DELAYED:
                 queue.delayed.discard(job)
@@ -778,14 +635,14 @@ class EngineState:
         if worth_compacting(queue.stale, queue.entries()):
             self.upkeep.note_untidy(queue)
         if not any(queue.counts.values()):  # its last jobs
-            self.note_emptied(queue)
+            self.queues.note_emptied(queue, self.now)
 
     def _note_stale_timers(self, stale: int) -> None:
         wheel = self.wheel
         wheel.stale += stale
         # A queue sweep's armed timer is no job's: a wheel of job timers all stale but it is
         # compacted as one all stale (a queue emptied job by job lets go of every job).
-        jobs_timers = len(wheel) - (self.sweep.due != math.inf)
+        jobs_timers = len(wheel) - self.queues.sweep_armed()
         if worth_compacting(wheel.stale, jobs_timers):
             self.upkeep.note_untidy(wheel)
 
@@ -822,7 +679,7 @@ class EngineState:
         self._end_activity(job)
         opts = job.opts
         if opts.unique_key is not None or opts.debounce_id is not None:  # most jobs hold no key
-            self._free_keys(job)
+            self.keys.free_job_keys(job)
         observers = self.observers
         if remove:
             job.result = result  # for a WaitJob answered at the end of the pass (lifecycle.py)
@@ -878,7 +735,7 @@ class EngineState:
                         del holdings[holder]
                 job.holder = None
             if opts.unique_key is not None or opts.debounce_id is not None:
-                self._free_keys(job)
+                self.keys.free_job_keys(job)
             job.completed_at = now
             job.result = result
             job.progress = 100
@@ -937,7 +794,7 @@ class EngineState:
     ) -> Failure | None:
         """Fail one job (see `fail`); returns the failure its parent's policy calls for."""
         self._end_activity(job)
-        self._free_keys(job)
+        self.keys.free_job_keys(job)
         job.failed_reason = reason
         self.observers.totals["failed"] += 1
         self.observers.telemetry.record(job.queue, FAILED, now)
@@ -1033,12 +890,6 @@ class EngineState:
         job.started_at = None
         self.wait_for_dependencies(job, now)
 
-    def _free_keys(self, job: Job) -> None:
-        if job.opts.unique_key is not None:
-            self.keys.free((UNIQUE, job.queue, job.opts.unique_key), job.id)
-        if job.opts.debounce_id is not None:  # a timed debounce window outlives the job
-            self.keys.free((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, only_untimed=True)
-
     def _unblock_dependents(self, job: Job, now: float) -> None:
         for dependent_id in self.deps.take_waiting(job.id):
             dependent = self.jobs.get(dependent_id)
@@ -1061,7 +912,7 @@ class EngineState:
             counts = queue.counts
             # Perhaps its last job (the sweep looks closer): none left in its state or active.
             if not counts[state] and not counts[ACTIVE]:
-                self.note_emptied(queue)
+                self.queues.note_emptied(queue, self.now)
         self.observers.finish(job)
         job.state = ""
         del self.jobs[job.id]
@@ -1091,7 +942,7 @@ class EngineState:
                 counts = self.queues[name].counts
             counts[COMPLETED] -= 1
             if not counts[COMPLETED] and not counts[ACTIVE]:  # perhaps the queue's last job
-                self.note_emptied(self.queues[name])
+                self.queues.note_emptied(self.queues[name], self.now)
             finished(job)
             job.state = ""
             del live[job_id]
@@ -1131,10 +982,7 @@ class EngineState:
 
     def compact(self) -> None:
         """Prune stale heap and timer entries and forget idle queues at once (CompactMemory)."""
-        for queue in list(self.queues.values()):
-            queue.compact()
-            if queue.idle(self.now):
-                self._drop_queue(queue)
+        self.queues.compact(self.now)
         self.wheel.compact(self._timer_is_current)
         self.completed.compact()
         self.failed.compact()

@@ -3,8 +3,8 @@
 Job events for subscribers and webhooks (only while someone listens), the jobs
 that finished for WaitJob, the running totals and per-queue minute counts for Metrics, and the
 latency hooks a served broker wires to its histograms. The actor takes the events and the
-finished jobs after each pass; the lists are emptied in place, never replaced (EngineState
-shows them to the actor under their old names).
+finished jobs after each pass (`state.observers.events`...); the lists are emptied in place,
+never replaced (the fan-out may hold them).
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ class Observers:
         self.record = self.events.append  # an event tuple (kind, job or None, fields)
         self.record_many = self.events.extend
         self.finish_many = self.finished.extend
+        # Forget the jobs finished so far (nobody waits for them): the actor calls it after
+        # every ACK, a bound method of the list costs no Python frame.
+        self.drop_finished = self.finished.clear
 
     def watch_latency(
         self,
@@ -46,12 +49,14 @@ class Observers:
         self.on_start = on_start
         self.on_complete = on_complete
 
+    def take_events(self) -> list[tuple[str, Job | None, dict[str, Any]]]:
+        """The events recorded since the last look (and forget them)."""
+        events = list(self.events)
+        self.events.clear()
+        return events
+
     def take_finished(self) -> list[Job]:
         """The jobs finished since the last look (and forget them)."""
         finished = list(self.finished)
         self.finished.clear()
         return finished
-
-    def drop_finished(self) -> None:
-        """Forget the jobs finished so far (nobody waits for them)."""
-        self.finished.clear()

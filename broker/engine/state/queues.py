@@ -15,8 +15,9 @@ Groups: a PULL may limit how many jobs of one group run at once (`concurrency`) 
 may start per window (`limit: {max, duration}`). A job whose group is at its limit is passed
 over, and the jobs behind it are still served (no head-of-line blocking).
 
-A queue exists while it holds something (`QueueState.idle` says what); EngineState forgets an
-idle one (`QueueSweep`), so that a name costs nothing once its queue is empty.
+A queue exists while it holds something (`QueueState.idle` says what). `Queues` owns the map of
+queues: it makes one on first use (past its cap it refuses, `admit`) and forgets an idle one
+(`QueueSweep`), so that a name costs nothing once its queue is empty.
 """
 
 from __future__ import annotations
@@ -24,13 +25,17 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import attrs
 
+from broker.engine.errors import EngineError
 from broker.engine.sink import ReplySink
+from broker.engine.state.changes import ChangeLog
 from broker.engine.state.model import COUNTED_STATES, PRIORITIZED, READY_STATES, WAITING, Job
 from broker.engine.state.retention import Retention
+from broker.engine.state.timers import TimerWheel
 
 # Entry layout: ((-priority, group priority, lifo first), run time or -seq, seq, job). The
 # first three keys are one tuple, shared by every entry with the same ones (a million waiting
@@ -168,6 +173,61 @@ class QueueState:
         """Entries held by the heap and the lane, current or stale."""
         return len(self.ready) + len(self.lane)
 
+    def park(self, waiter: Waiter) -> None:
+        """A poll waits here for a job (answered by the pulls, or by its POLL timer)."""
+        self.waiters.append(waiter)
+
+    # -- settings (the queue's stored record, see settings.py) ---------------------------------
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or Resume: a paused queue starts no job."""
+        self.paused = paused
+
+    def limit_rate(self, limit: int | None, now: float) -> None:
+        """At most `limit` starts a second (None: no limit); a new limit starts full."""
+        self.rate_limit = limit
+        if limit is not None:
+            self.tokens, self.tokens_at = float(limit), now
+
+    def limit_concurrency(self, limit: int | None) -> None:
+        """At most `limit` jobs of the queue active at once (None: no limit)."""
+        self.concurrency = limit
+
+    def merge_stall_config(self, config: dict[str, Any]) -> None:
+        """SetStallConfig: `config` merged into the queue's."""
+        self.stall_config = {**self.stall_config, **config}
+
+    def merge_dlq_config(self, config: dict[str, Any]) -> None:
+        """SetDlqConfig: `config` merged into the queue's."""
+        self.dlq_config = {**self.dlq_config, **config}
+
+    def set_group(self, group: str, settings: dict[str, Any]) -> None:
+        """Store `group`'s settings (none left: the group has none stored)."""
+        if settings:
+            self.group_settings[group] = settings
+        else:
+            self.group_settings.pop(group, None)
+
+    def load_settings(self, body: dict[str, Any], dlq_config: dict[str, Any]) -> None:
+        """Settings from the queue's stored record (start-up); the rate limit starts full."""
+        self.paused = body.get("paused", False)
+        self.rate_limit = body.get("rateLimit")
+        self.concurrency = body.get("concurrency")
+        self.stall_config = body.get("stallConfig") or {}
+        self.dlq_config = dlq_config
+        self.group_settings = body.get("groups") or {}
+        self.tokens = float(self.rate_limit or 0)
+
+    def reset_settings(self) -> None:
+        """Every setting back to its default, the queue's own DLQ caps gone (Obliterate)."""
+        self.paused, self.rate_limit, self.concurrency = False, None, None
+        self.stall_config, self.dlq_config, self.group_settings = {}, {}, {}
+        self.dead_letters = None
+
+    def add_crons(self, count: int) -> None:
+        """`count` crons more (fewer, negative) push into this queue; while any do, it stays."""
+        self.crons += count
+
     # -- groups --------------------------------------------------------------------------------
 
     def group_options(self, group: str, pull: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -275,10 +335,132 @@ queue that empties and fills again in turn (one job at a time) is not made afres
 
 @attrs.define(slots=True, eq=False)
 class QueueSweep:
-    """The cap on how many queues exist, and the queues that may have become idle since the
-    last sweep (EngineState forgets those still idle when its QUEUE_SWEEP timer fires)."""
+    """The queues that may have become idle since the last sweep, and when the armed sweep
+    fires (the target of the QUEUE_SWEEP timer; `Queues` forgets those still idle then)."""
 
-    limit: int
     emptied: set[QueueState] = attrs.Factory(set)
     # When the armed sweep fires (epoch ms); inf while none is armed.
     due: float = math.inf
+
+
+class Tidier(Protocol):
+    """What `Queues` asks of housekeeping (rules/housekeeping.py's Upkeep) for a queue it
+    forgets: its stale entries let go of in slices, no compaction left to do, memory given
+    back after a large sweep."""
+
+    def bury(self, objects: list[Any]) -> None:
+        """Hold `objects` until they are let go of in slices."""
+        ...
+
+    def tidied(self, thing: Any) -> None:
+        """`thing` needs no compaction any more."""
+        ...
+
+    def freed(self, count: int) -> None:
+        """`count` queues were just forgotten at once."""
+        ...
+
+
+class Queues(dict[str, QueueState]):
+    """The queues that exist, by name: the owner of the map, of the cap on how many exist
+    (`limit`) and of the sweep that forgets idle ones (see the module docstring).
+
+    It is read as the dict it is (`queues.get(name)`, `queues[name]`: the transitions read it
+    on every job, and a plain dict's lookups are the cheapest there are); it is changed only
+    through its methods: `make`, `admit`, `note_emptied`, `sweep_idle`, `drop_now`, `compact`.
+    """
+
+    __slots__ = ("_changes", "_sweep_timer", "_tidier", "_wheel", "limit", "sweep")
+
+    def __init__(
+        self, limit: int, wheel: TimerWheel, sweep_timer: str, changes: ChangeLog, tidier: Tidier
+    ) -> None:
+        super().__init__()
+        self.limit = limit
+        self.sweep = QueueSweep()
+        self._wheel = wheel
+        self._sweep_timer = sweep_timer  # the timer kind whose firing calls `sweep_idle`
+        self._changes = changes
+        self._tidier = tidier
+
+    def make(self, name: str) -> QueueState:
+        """The state of queue `name`, made on first use (a command that would make it for a
+        client checks `admit` first; reads use `get`)."""
+        queue = self.get(name)
+        if queue is None:
+            queue = self[name] = QueueState(name)
+        return queue
+
+    def admit(self, names: Iterable[str], now: float) -> None:
+        """Refuse, before anything changes, a command that would make the queues past
+        `limit` exist (idle queues not yet swept are forgotten first, to make room)."""
+        names = set(names)  # (not `names - self.keys()`: that copies every queue's name)
+        limit = self.limit
+        if len(self) + sum(name not in self for name in names) <= limit:
+            return
+        self.sweep_idle(now)  # (it may forget one of `names`, idle: counted again)
+        new = sorted(name for name in names if name not in self)
+        if len(self) + len(new) > limit:
+            what = f"queue {new[0]!r}" if len(new) == 1 else f"{len(new)} queues"
+            raise EngineError(
+                f"Queue limit reached: creating {what} would pass --max-queues ({limit})"
+            )
+
+    def drop_now(self, name: str) -> QueueState | None:
+        """Forget queue `name` at once, whatever it holds (Obliterate's end); returns it."""
+        return self.pop(name, None)
+
+    def live(self, now: float) -> dict[str, QueueState]:
+        """The queues that hold something (those idle are about to be forgotten)."""
+        return {name: queue for name, queue in self.items() if not queue.idle(now)}
+
+    def note_emptied(self, queue: QueueState, now: float) -> None:
+        """`queue` may hold nothing now: the next sweep looks at it (one is armed if none is)."""
+        sweep = self.sweep
+        sweep.emptied.add(queue)
+        if sweep.due == math.inf:
+            sweep.due = now + SWEEP_DELAY_MS
+            self._wheel.schedule(sweep.due, self._sweep_timer, sweep)
+
+    def sweep_armed(self) -> bool:
+        """Whether a sweep's timer is in the wheel (a timer that is no job's)."""
+        return self.sweep.due != math.inf
+
+    def sweep_idle(self, now: float) -> None:
+        """Forget the queues noted as emptied that are idle (the sweep's timer). One kept
+        only by a group rate window still open is looked at again when the window closes."""
+        sweep = self.sweep
+        if sweep.due <= now:  # its timer came (or is about to): none is armed after this
+            sweep.due = math.inf
+        emptied, sweep.emptied = sweep.emptied, set()
+        later = math.inf
+        dropped = 0
+        for queue in emptied:
+            if self.get(queue.name) is not queue:
+                continue  # obliterated since (or obliterated and made again)
+            if queue.idle(now):
+                self._drop(queue)
+                dropped += 1
+            elif queue.windows_until > now and queue.idle(queue.windows_until):
+                sweep.emptied.add(queue)
+                later = min(later, queue.windows_until)
+        self._tidier.freed(dropped)
+        if later < sweep.due:
+            sweep.due = later
+            self._wheel.schedule(later, self._sweep_timer, sweep)
+
+    def compact(self, now: float) -> None:
+        """Prune every queue's stale heap entries and answered polls, and forget the idle
+        queues at once (CompactMemory)."""
+        for queue in list(self.values()):
+            queue.compact()
+            if queue.idle(now):
+                self._drop(queue)
+
+    def _drop(self, queue: QueueState) -> None:
+        """Forget an idle queue; its stale heap entries are let go of in slices."""
+        del self[queue.name]
+        tidier = self._tidier
+        tidier.bury(queue.compact_ready())
+        self._changes.forget_queue(queue)
+        tidier.tidied(queue)

@@ -60,14 +60,6 @@ if TYPE_CHECKING:  # (a type only: no Protocol class is built at run time)
             """The transition."""
             ...
 
-        def take_keys(self, job: Job, since: float) -> None:
-            """Take the unique and debounce keys of `job`."""
-            ...
-
-        def extend_key(self, kind: str, queue: str, key: str, job_id: str, until: float) -> None:
-            """Take a key until `until`."""
-            ...
-
         def wait_for_dependencies(self, job: Job, now: float) -> None:
             """Wait for the unfinished dependencies, or schedule."""
             ...
@@ -159,7 +151,7 @@ def _place(
             target = PRIORITIZED if opts.priority > 0 else WAITING
             timeline = job.timeline
             if timeline and timeline[-TIMELINE_ENTRY] == target:  # no new timeline entry
-                queue = queues.get(job.queue) or state.queue(job.queue)
+                queue = queues.get(job.queue) or state.queues.make(job.queue)
                 queue.push_ready(job, next(seqs))
                 ready[target].append(job)
                 continue
@@ -180,7 +172,7 @@ def _enter_ready(state: Restorable, ready: dict[str, list[Job]]) -> None:
 
 def _place_one(state: Restorable, job: Job, stored: str, held: set[str], now: float) -> None:
     """Place one unfinished job that takes more than its heap entry."""
-    state.take_keys(job, job.created_at)
+    state.keys.take_job_keys(job, job.created_at)
     if stored == ACTIVE or job.attempts or job.stall_count:
         _end_untimed_debounce(state, job)
     arm_ttl(state, job)
@@ -213,7 +205,7 @@ def _restore_debounce_window(state: Restorable, job: Job, now: float) -> None:
     if job.opts.debounce_id is not None and job.opts.debounce_ttl:
         until = job.created_at + job.opts.debounce_ttl
         if until > now:
-            state.extend_key(DEBOUNCE, job.queue, job.opts.debounce_id, job.id, until)
+            state.keys.take((DEBOUNCE, job.queue, job.opts.debounce_id), job.id, until)
 
 
 def _store_restart_changes(state: Restorable, jobs: list[Job], stored_states: list[str]) -> None:
