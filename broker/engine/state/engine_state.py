@@ -891,15 +891,23 @@ class EngineState:
         what `complete` repeats per job done once: the jobs kept are settled in runs (between
         jobs removed on completion, which `complete` forgets in their place; one job a run
         while some job waits for dependencies, so that what completing one releases comes
-        before the next), each run one `enter_many`; the totals and minute counts of the batch
-        are added at its end, and retention's caps are applied once, after the batch (it
-        forgets the same oldest jobs as one job at a time would)."""
+        before the next): each job moves to completed as it is settled (`enter_many`'s usual
+        case inline for a job of no group), what observers hear of a run after its last; the
+        totals and minute counts of the batch are added at its end, and retention's caps are
+        applied once, after the batch (it forgets the same oldest jobs as one job at a time
+        would)."""
         holdings = self.holdings
         dependents = self.deps.dependents
         retention = self.completed
         entries = retention.entries
+        queues = self.queues
+        changes = self.changes
+        changed = changes.changed if changes.tracking else None
+        entry = (COMPLETED, self.now, None)  # what a completed job's timeline gains
         settled: list[str] = []  # the queue of each job kept
-        start = 0  # jobs[start:]: not yet settled (kept) or completed (removed)
+        name = ""  # the last kept job's queue
+        counts: Any = None  # and its counts
+        start = 0  # jobs[start:]: not yet heard of by observers (kept) or completed (removed)
         for job, result in zip(jobs, results, strict=True):
             opts = job.opts
             if opts.remove_on_complete:
@@ -923,6 +931,22 @@ class EngineState:
             job.completed_at = now
             job.result = result
             job.progress = 100
+            timeline = job.timeline
+            if opts.group_id is None and job.ready_seq < 0 and len(timeline) < TIMELINE_FULL:
+                # `enter_many([job], COMPLETED)` for an active job (its timeline ends with its
+                # start) of no group, inline.
+                if job.queue is not name:  # (names are shared strings; an equal one looks again)
+                    name = job.queue
+                    counts = queues[name].counts
+                counts[ACTIVE] -= 1
+                job.state = COMPLETED
+                job.timeline = timeline + entry
+                counts[COMPLETED] += 1
+                retention.count += 1
+                if changed is not None:
+                    changed[job.id] = job
+            else:
+                self._enter(job, COMPLETED)
             job.retained_seq = seq = next_finish()  # `mark_finished`
             entries.append((now, seq, job))  # `retain`, its caps applied after the batch
             settled.append(job.queue)
@@ -942,11 +966,10 @@ class EngineState:
             expire_retained(self, retention, now)
 
     def _settle_run(self, jobs: list[Job], now: float) -> None:
-        """A run of `complete_many`'s jobs completes: the transition, then what observers
-        hear of it, in order."""
+        """A run of `complete_many`'s jobs, completed (moved by the loop there): what
+        observers hear of it, in order."""
         if not jobs:
             return
-        self.enter_many(jobs, COMPLETED)
         observers = self.observers
         observers.finish_many(jobs)
         on_complete = observers.on_complete
