@@ -30,7 +30,10 @@ one scheduler turn per event). In these scenarios each pass is followed by
 `wait_all_tasks_blocked`, with or without `+events`, so other tasks (such a forwarder) run
 inside the measured phase and the difference is what the events cost; that
 wait adds about 60,000 instructions per pass (compare a batch's fixed cost with `count`, not
-with these). Retention is full throughout (a kept count of
+with these). Before each measured phase, in every tree, the harness runs `gc.collect()` then
+`gc.freeze()` (uncounted): the counts measure the code, not where the garbage collector's full
+collections happen to fall (one inside a phase of 10 PULLBs added about 2,300 instructions per
+job to one tree's count and not the other's). Retention is full throughout (a kept count of
 0), as in a broker that has run for a while: every job completed forgets one. `--wired`
 connects the actor to its metrics and the webhook dispatcher as a served broker does
 (`App.wire`: a histogram per pass, per started and per completed job, the webhook check per
@@ -105,6 +108,7 @@ def workload(
     commits to a SQLite file store there (the commit counted)."""
     sys.path.insert(0, root)
     import ctypes
+    import gc
 
     import msgspec
     import trio
@@ -154,9 +158,17 @@ def workload(
                 await trio.testing.wait_all_tasks_blocked()
                 actor._inline_spent = False
 
+        def settle_heap() -> None:
+            # A full collection falling inside one tree's phase and not the other's (their heaps
+            # differ) moved a count by thousands of instructions per job: collect now, and
+            # freeze what survives, so the phase's collections look at its own objects only.
+            gc.collect()
+            gc.freeze()
+
         async def phase(payloads: list[bytes], measured: bool) -> None:
             await trio.testing.wait_all_tasks_blocked()
             if measured:
+                settle_heap()
                 toggle.start()
             for payload in payloads:
                 await inline(payload)
@@ -215,6 +227,7 @@ def workload(
                     subscriber = Subscriber(nursery)
                 await trio.testing.wait_all_tasks_blocked()
                 if on:
+                    settle_heap()
                     toggle.start()
                 for payload in payloads:
                     await inline(payload)
@@ -264,6 +277,7 @@ def workload(
                 pull = frame(cmd="PULL", queue="q", timeout=60_000)
                 push = frame(cmd="PUSH", queue="q", data=data)
                 await trio.testing.wait_all_tasks_blocked()
+                settle_heap()
                 toggle.start()
                 for _ in range(count):
                     await inline(pull)

@@ -99,6 +99,11 @@ _decode_item = msgspec.msgpack.Decoder(PushItem, ext_hook=ext_hook).decode
 _decode_item_list = msgspec.msgpack.Decoder(list[PushItem], ext_hook=ext_hook).decode
 _decode_any = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode
 _decode_raw_list = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
+# A batch's lists in one C-level pass when they are what they should be (ACKB); anything else
+# takes the item-by-item checks, which word the error.
+_decode_str_list = msgspec.msgpack.Decoder(list[str]).decode
+_decode_token_list = msgspec.msgpack.Decoder(list[str | None]).decode
+_decode_payloads = msgspec.msgpack.Decoder().decode  # as `check_payload` decodes one
 
 
 def decode_items(raw_items: list[msgspec.Raw], first_index: int = 0) -> list[PushItem]:
@@ -281,10 +286,12 @@ class AckBatch(Command, tag="ACKB"):
         if self.large:
             self.ids, self.results, self.tokens = [], None, None
             return
-        ids = self.ids = _decode_any(self.raw_ids)
-        if not all(isinstance(i, str) for i in ids):
-            raise CommandError("ids must be an array of strings")
-        checked = None
+        ids = self.ids = _typed(_decode_str_list, self.raw_ids)
+        if ids is None:  # not an array of strings: the check that says why
+            ids = self.ids = _decode_any(self.raw_ids)
+            if not all(isinstance(i, str) for i in ids):
+                raise CommandError("ids must be an array of strings")
+        checked: list[bytes | None] | None = None
         if given(self.raw_results):
             try:
                 results = _decode_raw_list(self.raw_results)
@@ -292,14 +299,55 @@ class AckBatch(Command, tag="ACKB"):
                 raise CommandError("results must be an array") from None
             if len(results) != len(ids):
                 raise CommandError("ACKB results length must match ids length")
-            checked = [raw_or_none(item, "results[]") for item in results]
+            if _decodes(self.raw_results):  # then so does every item: each kept as its bytes
+                checked = list(map(bytes, results))
+                if JS_UNDEFINED in checked:  # a JS `undefined` is no result
+                    checked = [None if item == JS_UNDEFINED else item for item in checked]
+            else:  # one check per item, which words the error (called from here, as it was)
+                checked = [raw_or_none(item, "results[]") for item in results]
         self.results = checked
-        tokens = _decode_any(self.raw_tokens) if given(self.raw_tokens) else None
-        if tokens is not None:
-            if not isinstance(tokens, list) or len(tokens) != len(ids):
-                raise CommandError("ACKB tokens length must match ids length")
-            tokens = [lease_token(token, "tokens[]") for token in tokens]
-        self.tokens = tokens
+        self.tokens = _checked_tokens(self.raw_tokens, len(ids)) if given(self.raw_tokens) else None
+
+
+def _typed(decode: Any, raw: msgspec.Raw) -> Any:
+    """`decode(raw)` (a typed decoder), or None when `raw` is not of its type or does not
+    decode: then the item-by-item checks run, as they did alone, and word the error."""
+    try:
+        return decode(raw)
+    except msgspec.DecodeError:  # (a ValidationError too)
+        return None
+
+
+_DEEPER = b"\x91" * 10  # arrays of one: see `_decodes`
+
+
+def _decodes(raw: msgspec.Raw) -> bool:
+    """Whether `raw` decodes (`check_payload`'s test, of a whole array at once), nested a few
+    levels deeper than it is: how deep a value may nest depends on the Python calls under way
+    (3.11 counts both against one recursion limit, a call not yet specialised more than one
+    that is), and each item's own check runs some calls deeper than this; with the margin, a
+    value that passes here passes there too (one that fails here gets the item's check)."""
+    try:
+        _decode_payloads(b"".join((_DEEPER, raw)))
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def _checked_tokens(raw: msgspec.Raw, count: int) -> list[str | None]:
+    """An ACKB's lease tokens (`raw`, given), one per id: strings or nil, an empty one no
+    token (`lease_token`)."""
+    tokens: Any = _typed(_decode_token_list, raw)
+    if tokens is None:  # not an array of strings and nils: the checks that say why
+        tokens = _decode_any(raw)
+        if not isinstance(tokens, list) or len(tokens) != count:
+            raise CommandError("ACKB tokens length must match ids length")
+        return [lease_token(token, "tokens[]") for token in tokens]
+    if len(tokens) != count:
+        raise CommandError("ACKB tokens length must match ids length")
+    if "" in tokens:
+        tokens = [token or None for token in tokens]
+    return tokens
 
 
 MAX_STACK_LINES = 100  # a FAIL's stack lines read, before the job's stackTraceLimit applies

@@ -45,6 +45,8 @@ from protocol.jobspec import JobFields
 Reply = dict[str, Any]
 _options_given = attrgetter("optionsGiven")
 _custom_id = attrgetter("customId")
+_state_of = attrgetter("state")
+_lock_token_of = attrgetter("lock_token")
 
 
 def first_run(repeat: dict[str, Any], run_at: float) -> float:
@@ -308,22 +310,25 @@ class JobCommands:
         ids = command.ids
         tokens = command.tokens or [None] * len(ids)
         jobs = self.state.jobs
-        settling: list[Job | None] = []  # the job at each position, None where ignored
+        settling: list[Job | None] = list(map(jobs.get, ids))  # the job at each position
         ignoring = False
-        for job_id, token in zip(ids, tokens, strict=True):  # every position: a repeated
-            job = jobs.get(job_id)  # id with one wrong token rejects the batch
-            # An active job without a lease, acked without a token, passes: tested inline.
-            if (
-                job is None
-                or job.state != ACTIVE
-                or token is not None
-                or job.lock_token is not None
-            ):
-                if is_late(self.state, job_id, token):
-                    ignoring, job = True, None
-                else:
-                    job = active_job(self.state, job_id, token)
-            settling.append(job)
+        # The usual batch, checked in C: every job found, active, and `tokens` its lease
+        # tokens (None for a job without a lease). Then each position passes the checks below.
+        if not (
+            all(settling)
+            and list(map(_state_of, settling)).count(ACTIVE) == len(ids)
+            and list(map(_lock_token_of, settling)) == tokens
+        ):
+            settling = []  # None where ignored
+            for job_id, token in zip(ids, tokens, strict=True):  # every position: a repeated
+                job = jobs.get(job_id)  # id with one wrong token rejects the batch
+                # An active job acked with its lease's token (or none, without a lease) passes.
+                if job is None or job.state != ACTIVE or token != job.lock_token:
+                    if is_late(self.state, job_id, token):
+                        ignoring, job = True, None
+                    else:
+                        job = active_job(self.state, job_id, token)
+                settling.append(job)
         if len(set(ids)) < len(ids):  # a repeated id: its first position settles the job
             seen: set[str] = set()
             for index, job_id in enumerate(ids):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from broker.engine.rules.deadlines import (
     KEY_EXPIRY,
@@ -60,7 +60,7 @@ from broker.engine.sink import ReplySink
 from broker.engine.state.changes import ChangeLog
 from broker.engine.state.dependencies import KEEP_DONE_IDS as DEPENDENCIES_KEEP
 from broker.engine.state.dependencies import Dependencies
-from broker.engine.state.ids import uuid7
+from broker.engine.state.ids import uuid7, uuid7s
 from broker.engine.state.keys import DEBOUNCE, UNIQUE, KeyRegistry
 from broker.engine.state.model import (
     ACTIVE,
@@ -468,9 +468,10 @@ class EngineState:
         holder: ReplySink | None = None,
     ) -> list[str | None]:
         """Make each of `jobs`, just popped from `queue`'s heap, active, in order; returns
-        their lease tokens (when `owner` is given). A PULLB claims up to 1000: the transition
-        is one `enter_many`, and what starting adds is done in loops of their own, each only
-        when it has something to do.
+        their lease tokens (when `owner` is given). A PULLB claims up to 1000: a job of no
+        group is moved to active inline (`enter_many`'s usual case), what starting adds is
+        done only when there is something to do, and the leases of a run of jobs with no
+        other timer are made together (`uuid7s`) and scheduled as one (`schedule_many`).
 
         A job claimed for a connection (`holder`, no lease) is not written to the store: after
         a restart its stored waiting row gives exactly what a written active row would (back
@@ -478,34 +479,61 @@ class EngineState:
         """
         if len(jobs) == 1:  # a PULL: the one-job form costs less than a loop of one
             return [self.claim(jobs[0], now, owner, lock_ttl, holder)]
-        self.enter_many(jobs, ACTIVE, holder is None)
+        counts = queue.counts
+        changes = self.changes
+        changed = changes.changed if holder is None and changes.tracking else None
+        entry = (ACTIVE, self.now, None)  # what a started job's timeline gains
         stalls = bool(queue.stall_config)
-        tokens: list[str | None] = [] if owner is not None else [None] * len(jobs)
-        lease = self._lease
         held = None
         if holder is not None:
             held = self.holdings.get(holder)
             if held is None:
                 held = self.holdings[holder] = set()
-        if held is not None:
             held.update([job.id for job in jobs])
+        tokens: list[str | None] = [None] * len(jobs)
+        if owner is not None:
+            tokens = cast(list[str | None], uuid7s(len(jobs)))
+        leased = 0  # jobs[:leased] have their leases
+        entered = 0  # jobs moved by `_enter`, which counts them itself
         for job in jobs:
+            opts = job.opts
+            timeline = job.timeline
+            if opts.group_id is None and len(timeline) < TIMELINE_FULL:
+                # `enter_many(jobs, ACTIVE)` for a popped job (ready, no stale heap entry, its
+                # timeline ending with the ready state) of no group, inline; the count of
+                # active jobs is added after the loop.
+                counts[job.state] -= 1
+                job.state = ACTIVE
+                job.timeline = timeline + entry
+                if changed is not None:
+                    changed[job.id] = job
+            else:
+                self._enter(job, ACTIVE, holder is None)
+                entered += 1
             if held is not None:
                 job.holder = holder
             job.started_at = now
             job.last_heartbeat = now
-            opts = job.opts
             if (
                 opts.debounce_id is not None
                 or opts.timeout  # (only a processing timeout leaves a job `late_open`)
                 or opts.stall_timeout is not None
                 or stalls
             ):
+                if owner is not None:  # the leases before it first: timers in claim order
+                    at = jobs.index(job, leased)  # (jobs are distinct)
+                    self._lease_run(jobs[leased:at], tokens[leased:at], now, owner, lock_ttl)
+                    leased = at
                 self._start_timed(job, now)
+                if owner is not None:  # (its lease after its other timers, as one at a time)
+                    self._lease_run([job], tokens[leased : leased + 1], now, owner, lock_ttl)
+                    leased += 1
             # Else no `arm_timeout`: nothing to arm, and `activation` only tells the timers it
             # arms for one claim from a later claim's.
-            if owner is not None:  # (its timer after the job's others, as one at a time)
-                tokens.append(lease(job, now, owner, lock_ttl))
+        counts[ACTIVE] += len(jobs) - entered
+        if owner is not None:
+            rest = jobs[leased:] if leased else jobs
+            self._lease_run(rest, tokens[leased:] if leased else tokens, now, owner, lock_ttl)
         observers = self.observers
         observers.totals["pulled"] += len(jobs)
         on_start = observers.on_start
@@ -515,6 +543,19 @@ class EngineState:
         if self.emitting:
             observers.record_many([("active", job, {}) for job in jobs])
         return tokens
+
+    def _lease_run(
+        self, jobs: Sequence[Job], tokens: Sequence[Any], now: float, owner: str, lock_ttl: float
+    ) -> None:
+        """`_lease` for each of `jobs` with its token from `tokens`: one deadline, one
+        `schedule_many`."""
+        expires = now + lock_ttl
+        for job, token in zip(jobs, tokens, strict=True):
+            job.lock_token = token
+            job.lock_owner = owner
+            job.lock_ttl = lock_ttl
+            job.lock_expires_at = expires
+        self.wheel.schedule_many(expires, LEASE, jobs, tokens)
 
     def _start_timed(self, job: Job, now: float) -> None:
         """What a start adds for a job with a debounce key (an untimed one lasts until the job
@@ -707,15 +748,23 @@ class EngineState:
         what `complete` repeats per job done once: the jobs kept are settled in runs (between
         jobs removed on completion, which `complete` forgets in their place; one job a run
         while some job waits for dependencies, so that what completing one releases comes
-        before the next), each run one `enter_many`; the totals and minute counts of the batch
-        are added at its end, and retention's caps are applied once, after the batch (it
-        forgets the same oldest jobs as one job at a time would)."""
+        before the next): each job moves to completed as it is settled (`enter_many`'s usual
+        case inline for a job of no group), what observers hear of a run after its last; the
+        totals and minute counts of the batch are added at its end, and retention's caps are
+        applied once, after the batch (it forgets the same oldest jobs as one job at a time
+        would)."""
         holdings = self.holdings
         dependents = self.deps.dependents
         retention = self.completed
         entries = retention.entries
+        queues = self.queues
+        changes = self.changes
+        changed = changes.changed if changes.tracking else None
+        entry = (COMPLETED, self.now, None)  # what a completed job's timeline gains
         settled: list[str] = []  # the queue of each job kept
-        start = 0  # jobs[start:]: not yet settled (kept) or completed (removed)
+        name = ""  # the last kept job's queue
+        counts: Any = None  # and its counts
+        start = 0  # jobs[start:]: not yet heard of by observers (kept) or completed (removed)
         for job, result in zip(jobs, results, strict=True):
             opts = job.opts
             if opts.remove_on_complete:
@@ -739,6 +788,22 @@ class EngineState:
             job.completed_at = now
             job.result = result
             job.progress = 100
+            timeline = job.timeline
+            if opts.group_id is None and job.ready_seq < 0 and len(timeline) < TIMELINE_FULL:
+                # `enter_many([job], COMPLETED)` for an active job (its timeline ends with its
+                # start) of no group, inline.
+                if job.queue is not name:  # (names are shared strings; an equal one looks again)
+                    name = job.queue
+                    counts = queues[name].counts
+                counts[ACTIVE] -= 1
+                job.state = COMPLETED
+                job.timeline = timeline + entry
+                counts[COMPLETED] += 1
+                retention.count += 1
+                if changed is not None:
+                    changed[job.id] = job
+            else:
+                self._enter(job, COMPLETED)
             job.retained_seq = seq = next_finish()  # `mark_finished`
             entries.append((now, seq, job))  # `retain`, its caps applied after the batch
             settled.append(job.queue)
@@ -758,11 +823,10 @@ class EngineState:
             expire_retained(self, retention, now)
 
     def _settle_run(self, jobs: list[Job], now: float) -> None:
-        """A run of `complete_many`'s jobs completes: the transition, then what observers
-        hear of it, in order."""
+        """A run of `complete_many`'s jobs, completed (moved by the loop there): what
+        observers hear of it, in order."""
         if not jobs:
             return
-        self.enter_many(jobs, COMPLETED)
         observers = self.observers
         observers.finish_many(jobs)
         on_complete = observers.on_complete

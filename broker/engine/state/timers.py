@@ -11,7 +11,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 
@@ -26,6 +27,8 @@ class Timer(NamedTuple):
 
 
 _new_tuple = tuple.__new__
+_make_timer = partial(_new_tuple, Timer)  # a Timer from its fields, with no Python frame
+_repeat = itertools.repeat
 
 
 class TimerWheel:
@@ -48,6 +51,35 @@ class TimerWheel:
         # frame (a parked long poll schedules one timer per PULL).
         entry = _new_tuple(Timer, (at_ms, next(self._seq), kind, target, token))
         heapq.heappush(self.heap, entry)
+
+    def schedule_many(
+        self, at_ms: float, kind: str, targets: Sequence[Any], tokens: Sequence[Any]
+    ) -> None:
+        """`schedule(at_ms, kind, target, token)` for each pair of `targets` and `tokens`, in
+        order (a PULLB's leases: one deadline for the batch), as one heap operation where the
+        heap allows it."""
+        count = len(targets)
+        if not count:
+            return
+        # The timers are made in C (no Python frame per timer); `repeat(at_ms, count)` comes
+        # first so that zip stops before drawing a sequence number it would not use.
+        fields = zip(_repeat(at_ms, count), self._seq, _repeat(kind), targets, tokens, strict=False)
+        entries = list(map(_make_timer, fields))
+        heap = self.heap
+        size = len(heap)
+        # The batch is sorted (one deadline, rising sequence numbers), so appended at the end
+        # it keeps the heap's order when no old entry that becomes the parent of one of its
+        # timers comes later than its first: the usual case for leases of one length.
+        parents = heap[(size - 1) // 2 : (size + count) // 2] if size else None
+        if not parents or max(parents) <= entries[0]:
+            heap.extend(entries)
+        elif count > size:  # rebuilding costs less than sifting each one in
+            heap.extend(entries)
+            heapq.heapify(heap)
+        else:
+            push = heapq.heappush
+            for entry in entries:
+                push(heap, entry)
 
     def drop_done(self, kind: str, over: str = "") -> None:
         """Pop the timers of `kind` at the top of the heap whose target is `done` (lazy
