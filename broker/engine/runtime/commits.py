@@ -88,7 +88,7 @@ class CommitPipeline:
             if not (changes.changed or changes.deleted):
                 return None
             jobs, deleted, sync = changes.take_changes()
-            return [job_to_row(job) for job in jobs], deleted, sync, (), ()
+            return list(map(job_to_row, jobs)), deleted, sync, (), ()  # no comprehension frame
         changed, deleted, sync = state.changes.take_changes()
         records: list[Any] = []
         record_deletes: list[tuple[str, str]] = []
@@ -96,7 +96,7 @@ class CommitPipeline:
             more, fewer = component.take_writes()
             records += more
             record_deletes += fewer
-        rows = [job_to_row(job) for job in changed]  # encoded here, where the jobs live
+        rows = list(map(job_to_row, changed))  # encoded here, where the jobs live
         return rows, deleted, sync, records, record_deletes
 
     def commit(self) -> None:
