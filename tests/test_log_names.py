@@ -18,13 +18,7 @@ MOVED = [
     ("broker.engine.components.settings", "broker.engine.settings"),
     ("broker.engine.rules.deadlines", "broker.engine.deadlines"),
     # The commit pipeline's records were the actor's (broker/engine/actor.py) before the split.
-    pytest.param(
-        "broker.engine.runtime.commits",
-        "broker.engine.actor",
-        marks=pytest.mark.xfail(
-            strict=True, reason="commits.py logs as broker.engine.runtime.actor, a new name"
-        ),
-    ),
+    ("broker.engine.runtime.commits", "broker.engine.actor"),
 ]
 
 

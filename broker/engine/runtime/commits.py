@@ -41,7 +41,7 @@ from broker.engine.state.records import job_to_row
 from store import Store, StoreUnavailable
 
 # The actor's logger, as before the pipeline had a module of its own: log filters keep matching.
-log = logging.getLogger("broker.engine.runtime.actor")
+log = logging.getLogger("broker.engine.actor")
 
 COMMIT_RETRY_S = 0.2
 """While the database is unreachable, how often a withheld commit is tried again."""
